@@ -1,0 +1,191 @@
+"""Running one attempt of a job, and settling its outcome against a driver.
+
+One piece of code serves the worker, ``MemoryQueue.drain()``, the sync driver
+and ``dispatch_now``: an attempt runs (in a thread here, or in a supervised
+child process for jobs with a time limit), :meth:`Executor.conclude` decides
+what happens next (and runs ``failed()`` after the last attempt), and
+:meth:`Executor.apply` performs it on the driver and announces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+from . import _clock, signals
+from .errors import PayloadError, UnknownJobError
+from .job import Job, JobContext
+from .types import ExceptionInfo, QueuedJob
+
+if TYPE_CHECKING:
+    from .container import Container
+    from .drivers.base import BaseQueue
+    from .locks.base import LockStore
+    from .registry import JobRegistry
+
+log = logging.getLogger("rainier_sync")
+
+PROCESSED, RELEASED, FAILED, ABANDONED = "processed", "released", "failed", "abandoned"
+
+
+@dataclass(slots=True)
+class Completion:
+    """The outcome of one attempt, waiting to be applied to the driver."""
+
+    job: QueuedJob
+    outcome: str
+    delay: float = 0.0
+    info: ExceptionInfo | None = None
+    exception: BaseException | None = None
+    duration: float = 0.0
+    interrupted: bool = False
+
+
+class Executor:
+    """Runs attempts and settles them; shared by every path that runs jobs."""
+
+    def __init__(
+        self,
+        registry: JobRegistry,
+        container: Container,
+        *,
+        locks: LockStore | None = None,
+        sender: Any = None,
+    ) -> None:
+        self.registry = registry
+        self.container = container
+        self.locks = locks
+        self.sender = sender
+
+    # -- running -------------------------------------------------------------
+    def build(self, queued: QueuedJob) -> Job:
+        """The job object for a queued job; raises UnknownJobError or PayloadError."""
+        job_class = self.registry.get(queued.name)
+        return job_class.from_payload(queued.payload)
+
+    def context(self, queued: QueuedJob, stop_requested: threading.Event | None = None) -> JobContext:
+        return JobContext(
+            self.container,
+            queued.id,
+            queued.queue,
+            queued.attempts,
+            queued.max_attempts,
+            connection=queued.connection,
+            name=queued.name,
+            stop_requested=stop_requested,
+        )
+
+    def run(self, queued: QueuedJob, stop_requested: threading.Event | None = None) -> Completion:
+        """Run one attempt in this thread and conclude it. Never raises, except
+        ``KeyboardInterrupt``/``SystemExit``, which abandon the attempt."""
+        context = self.context(queued, stop_requested)
+        signals.emit(signals.job_processing, self.sender, job=queued, connection=queued.connection)
+        started = _clock.monotonic()
+        job: Job | None = None
+        error: BaseException | None = None
+        try:
+            job = self.build(queued)
+            job.handle(context)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self.container.flush_scoped()
+            return Completion(queued, ABANDONED, exception=exc, interrupted=True,
+                              duration=_clock.monotonic() - started)
+        except BaseException as exc:  # noqa: BLE001 - any failure fails the attempt, not the worker
+            error = exc
+        finally:
+            self.container.flush_scoped()
+        duration = _clock.monotonic() - started
+        return self.conclude(queued, job, error, context, duration)
+
+    def conclude(
+        self,
+        queued: QueuedJob,
+        job: Job | None,
+        error: BaseException | None,
+        context: JobContext | None = None,
+        duration: float = 0.0,
+        info: ExceptionInfo | None = None,
+    ) -> Completion:
+        """Decide what an attempt's outcome means: processed, released with a
+        backoff, or failed (running ``failed()`` once, after the final attempt)."""
+        if error is None and info is None:
+            return Completion(queued, PROCESSED, duration=duration)
+        if info is None:
+            assert error is not None
+            info = ExceptionInfo.from_exception(error)
+        permanent = job is None or isinstance(error, (UnknownJobError, PayloadError))
+        if not permanent and queued.attempts < queued.max_attempts:
+            assert job is not None
+            try:
+                delay = max(0.0, float(job.backoff(queued.attempts)))
+            except Exception:  # noqa: BLE001 - a broken backoff must not lose the job
+                log.exception("%s.backoff() raised; retrying job %s after 1s", type(job).__qualname__, queued.id)
+                delay = 1.0
+            return Completion(queued, RELEASED, delay=delay, info=info, exception=error, duration=duration)
+        if job is not None:
+            try:
+                job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
+            except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
+                log.exception("%s.failed() raised; ignored", type(job).__qualname__)
+        return Completion(queued, FAILED, info=info, exception=error, duration=duration)
+
+    # -- settling ----------------------------------------------------------------
+    def apply(self, driver: BaseQueue, completion: Completion) -> None:
+        """Perform one completion on the driver, then announce it."""
+        if completion.outcome == PROCESSED:
+            driver.acknowledge(completion.job)
+        elif completion.outcome == RELEASED or completion.outcome == ABANDONED:
+            driver.release(completion.job, completion.delay)
+        else:
+            assert completion.info is not None
+            driver.fail(completion.job, completion.info)
+        self.announce(completion)
+
+    def apply_many(self, driver: BaseQueue, completions: Sequence[Completion]) -> None:
+        """Like :meth:`apply`, acknowledging the processed ones in one call."""
+        done = [c for c in completions if c.outcome == PROCESSED]
+        if done:
+            driver.acknowledge_many([c.job for c in done])
+            for c in done:
+                self.announce(c)
+        for c in completions:
+            if c.outcome != PROCESSED:
+                self.apply(driver, c)
+
+    def announce(self, completion: Completion) -> None:
+        """Release the unique lock where due, log, and send the signals."""
+        job = completion.job
+        outcome = completion.outcome
+        if outcome == PROCESSED:
+            self.release_unique(job)
+            signals.emit(signals.job_processed, self.sender, job=job, connection=job.connection,
+                         duration=completion.duration)
+            return
+        if outcome == ABANDONED:
+            log.warning("job %s (%s) was interrupted; released for another attempt", job.id, job.name)
+            return
+        info = completion.info
+        assert info is not None
+        final = outcome == FAILED
+        signals.emit(signals.job_attempt_failed, self.sender, job=job, connection=job.connection,
+                     attempt=job.attempts, final_attempt=final, error=info.error, exception=info)
+        if final:
+            self.release_unique(job)
+            log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, job.attempts, info.error)
+            signals.emit(signals.job_failed, self.sender, job=job, connection=job.connection,
+                         error=info.error, exception=info)
+        else:
+            log.warning("job %s (%s) attempt %d/%d failed, retrying in %.3gs: %s", job.id, job.name,
+                        job.attempts, job.max_attempts, completion.delay, info.error)
+            signals.emit(signals.job_released, self.sender, job=job, connection=job.connection,
+                         delay=completion.delay, error=info.error, exception=info)
+
+    def release_unique(self, job: QueuedJob) -> None:
+        if job.unique_key is None or job.unique_owner is None or self.locks is None:
+            return
+        try:
+            self.locks.release(job.unique_key, job.unique_owner)
+        except Exception as exc:  # noqa: BLE001 - the lock's own expiry is the net
+            log.warning("could not release unique lock %s: %s", job.unique_key, exc)

@@ -1,0 +1,285 @@
+"""The memory driver: jobs held in this process, for tests and development."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Sequence
+
+from .. import _clock
+from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info
+from .base import BaseQueue, QueueDriver, Waker, as_job_list
+
+if TYPE_CHECKING:
+    from ..container import Container
+    from ..manager import QueueManager
+    from ..registry import JobRegistry
+
+__all__ = ["MemoryQueue"]
+
+
+class MemoryQueue(BaseQueue):
+    """Jobs in this process's memory. Honours delays, priority, backoff and
+    reservations like every deferred driver, and loses everything when the
+    process exits.
+
+    ``jobs`` lists what is queued (ready, delayed and reserved), ``failed`` is
+    the dead-letter list, and :meth:`drain` runs what is due in the calling
+    thread, for tests.
+    """
+
+    driver = QueueDriver.MEMORY
+
+    def __init__(self, reservation: float = 90) -> None:
+        if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
+            raise ValueError(f"reservation must be a positive number of seconds, got {reservation!r}")
+        self.reservation = float(reservation)
+        self._mutex = threading.Lock()
+        self._seq = itertools.count()
+        self._jobs: dict[str, QueuedJob] = {}
+        self._ready: dict[str, list[tuple[int, float, int, str]]] = {}
+        self._delayed: dict[str, list[tuple[float, int, str]]] = {}
+        self._reserved: dict[str, tuple[str, float]] = {}
+        self._waiters: set[Waker] = set()
+        self.failed: list[FailedJob] = []
+        self._manager: QueueManager | None = None
+
+    def bind(self, manager: QueueManager, connection: str) -> None:
+        super().bind(manager, connection)
+        self._manager = manager
+
+    # -- producing -----------------------------------------------------------
+    def _enqueue(self, job: QueuedJob, now: float) -> None:
+        seq = next(self._seq)
+        self._jobs[job.id] = job
+        if job.available_at <= now:
+            heapq.heappush(self._ready.setdefault(job.queue, []), (job.priority, job.available_at, seq, job.id))
+        else:
+            heapq.heappush(self._delayed.setdefault(job.queue, []), (job.available_at, seq, job.id))
+
+    def push(self, job: QueuedJob) -> str:
+        self.push_many([job])
+        return job.id
+
+    def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
+        now = _clock.now()
+        with self._mutex:
+            for job in jobs:
+                self._enqueue(replace(job, connection=self.connection, receipt=None), now)
+            waiters = list(self._waiters)
+        for waker in waiters:
+            waker.set()
+        return [job.id for job in jobs]
+
+    # -- consuming -----------------------------------------------------------
+    def _promote(self, queue: str, now: float) -> None:
+        delayed = self._delayed.get(queue)
+        if not delayed:
+            return
+        ready = self._ready.setdefault(queue, [])
+        while delayed and delayed[0][0] <= now:
+            _, seq, job_id = heapq.heappop(delayed)
+            job = self._jobs.get(job_id)
+            if job is not None and job.id not in self._reserved:
+                heapq.heappush(ready, (job.priority, job.available_at, seq, job_id))
+
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        now = _clock.now()
+        taken: list[QueuedJob] = []
+        with self._mutex:
+            for queue in queues:
+                self._promote(queue, now)
+                ready = self._ready.get(queue)
+                while ready and len(taken) < limit:
+                    _, _, _, job_id = heapq.heappop(ready)
+                    job = self._jobs.get(job_id)
+                    if job is None or job_id in self._reserved:
+                        continue
+                    job.attempts += 1
+                    receipt = uuid.uuid4().hex
+                    self._reserved[job_id] = (receipt, now + self.reservation)
+                    taken.append(replace(job, receipt=receipt))
+                if len(taken) >= limit:
+                    break
+        return taken
+
+    def _holds(self, job: QueuedJob) -> bool:
+        held = self._reserved.get(job.id)
+        return held is not None and held[0] == job.receipt
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        self.acknowledge_many([job])
+
+    def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
+        with self._mutex:
+            for job in jobs:
+                held = self._reserved.get(job.id)
+                if held is not None and held[0] != job.receipt:
+                    continue  # reclaimed and reserved again by another worker: theirs now
+                self._reserved.pop(job.id, None)
+                self._jobs.pop(job.id, None)
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        now = _clock.now()
+        with self._mutex:
+            if not self._holds(job):
+                return
+            del self._reserved[job.id]
+            stored = self._jobs[job.id]
+            stored.available_at = now + max(0.0, float(delay))
+            del self._jobs[job.id]
+            self._enqueue(stored, now)
+            waiters = list(self._waiters)
+        for waker in waiters:
+            waker.set()
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        info = as_exception_info(error)
+        with self._mutex:
+            if self._holds(job) or job.id not in self._reserved:
+                self._reserved.pop(job.id, None)
+                self._jobs.pop(job.id, None)
+            failed = FailedJob.of(replace(job, receipt=None), info, _clock.now())
+            self.failed.append(failed)
+        return failed
+
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        until = _clock.now() + (self.reservation if seconds is None else seconds)
+        with self._mutex:
+            for job in as_job_list(jobs):
+                if self._holds(job):
+                    self._reserved[job.id] = (job.receipt, until)
+
+    def reclaim_expired(self) -> int:
+        now = _clock.now()
+        reclaimed = 0
+        with self._mutex:
+            for job_id, (_, until) in list(self._reserved.items()):
+                if until <= now:
+                    del self._reserved[job_id]
+                    job = self._jobs.pop(job_id, None)
+                    if job is not None:
+                        job.available_at = now
+                        self._enqueue(job, now)
+                        reclaimed += 1
+            waiters = list(self._waiters) if reclaimed else []
+        for waker in waiters:
+            waker.set()
+        return reclaimed
+
+    # -- the failed store -----------------------------------------------------
+    def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        with self._mutex:
+            return list(reversed(self.failed))[:limit]
+
+    def failed_count(self) -> int:
+        return len(self.failed)
+
+    def retry_failed(self, id: str) -> bool:
+        with self._mutex:
+            for index, failed in enumerate(self.failed):
+                if failed.id == id:
+                    del self.failed[index]
+                    break
+            else:
+                return False
+        job = failed.job or QueuedJob(id=failed.id, name=failed.name, queue=failed.queue, payload=failed.payload)
+        self.push(replace(job, attempts=0, available_at=_clock.now()))
+        return True
+
+    def forget_failed(self, id: str) -> bool:
+        with self._mutex:
+            for index, failed in enumerate(self.failed):
+                if failed.id == id:
+                    del self.failed[index]
+                    return True
+        return False
+
+    # -- inspection --------------------------------------------------------------
+    @property
+    def jobs(self) -> list[QueuedJob]:
+        """Every queued job (ready, delayed and reserved), oldest first."""
+        with self._mutex:
+            return list(self._jobs.values())
+
+    def size(self, queue: str | None = None) -> int:
+        with self._mutex:
+            if queue is None:
+                return len(self._jobs)
+            return sum(1 for job in self._jobs.values() if job.queue == queue)
+
+    def counts(self, queue: str) -> QueueCounts:
+        now = _clock.now()
+        ready = delayed = reserved = 0
+        with self._mutex:
+            for job in self._jobs.values():
+                if job.queue != queue:
+                    continue
+                if job.id in self._reserved:
+                    reserved += 1
+                elif job.available_at > now:
+                    delayed += 1
+                else:
+                    ready += 1
+        return QueueCounts(ready=ready, delayed=delayed, reserved=reserved)
+
+    def queue_names(self) -> list[str]:
+        with self._mutex:
+            return sorted({job.queue for job in self._jobs.values()} | {f.queue for f in self.failed})
+
+    # -- waiting -------------------------------------------------------------------
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        with self._mutex:
+            self._waiters.add(waker)
+            now = _clock.now()
+            soonest = min((self._delayed[q][0][0] for q in queues if self._delayed.get(q)), default=None)
+        try:
+            if soonest is not None:
+                timeout = min(timeout, max(0.0, soonest - now))
+            waker.wait(timeout)
+        finally:
+            with self._mutex:
+                self._waiters.discard(waker)
+
+    # -- running in the calling thread -------------------------------------------------
+    def drain(self, registry: JobRegistry | None = None, container: Container | None = None) -> int:
+        """Run every due job in this thread, one at a time; returns how many
+        attempts ran. Delayed and backed-off jobs stay queued until due."""
+        from .._execution import Executor
+
+        manager = self._manager
+        registry = registry or (manager.registry if manager is not None else None)
+        container = container or (manager.container if manager is not None else None)
+        if registry is None or container is None:
+            raise ValueError("drain() needs a registry and a container: bind this queue to a QueueManager or pass them")
+        from ..container import Container as _Container
+
+        executor = Executor(registry, container if container is not None else _Container(),
+                            locks=manager.locks if manager is not None else None, sender=self)
+        ran = 0
+        while True:
+            with self._mutex:
+                queues = sorted(self._ready.keys() | self._delayed.keys())
+            job = self._reserve_best(queues)
+            if job is None:
+                return ran
+            ran += 1
+            executor.apply(self, executor.run(job))
+
+    def _reserve_best(self, queues: Sequence[str]) -> QueuedJob | None:
+        """The due job of lowest priority, then earliest, across ``queues``."""
+        now = _clock.now()
+        with self._mutex:
+            best: str | None = None
+            best_key: tuple[int, float, int, str] | None = None
+            for queue in queues:
+                self._promote(queue, now)
+                ready = self._ready.get(queue)
+                while ready and (ready[0][3] not in self._jobs or ready[0][3] in self._reserved):
+                    heapq.heappop(ready)
+                if ready and (best_key is None or ready[0] < best_key):
+                    best, best_key = queue, ready[0]
+        return self.reserve_many([best], 1)[0] if best is not None else None

@@ -1,0 +1,111 @@
+"""The sync driver: runs each job inline, inside ``dispatch``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Sequence
+
+from .. import _clock
+from .._execution import ABANDONED, FAILED, PROCESSED, Executor
+from ..types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
+from .base import BaseQueue, QueueDriver
+
+if TYPE_CHECKING:
+    from ..container import Container
+    from ..manager import QueueManager
+    from ..registry import JobRegistry
+
+__all__ = ["SyncQueue"]
+
+
+class SyncQueue(BaseQueue):
+    """Runs the job during ``dispatch``: retries run at once, without sleeping
+    through the backoff, and a final failure raises to the dispatcher.
+
+    Right for development and for tests that want the side effect; wrong in
+    production, where it couples the request to the job. The manager hands it
+    the registry and the container unless they are given here.
+    """
+
+    driver = QueueDriver.SYNC
+
+    def __init__(self, registry: JobRegistry | None = None, container: Container | None = None) -> None:
+        self.registry = registry
+        self.container = container
+        self._executor: Executor | None = None
+        #: Jobs whose final attempt failed (the failure was also raised).
+        self.failed: list[FailedJob] = []
+
+    def bind(self, manager: QueueManager, connection: str) -> None:
+        super().bind(manager, connection)
+        self.registry = self.registry or manager.registry
+        self.container = self.container or manager.container
+        self._executor = Executor(self.registry, self.container, locks=manager.locks, sender=self)
+
+    def _get_executor(self) -> Executor:
+        if self._executor is None:
+            if self.registry is None or self.container is None:
+                raise ValueError("SyncQueue needs a registry and a container: give them, or declare it on a QueueManager")
+            self._executor = Executor(self.registry, self.container, sender=self)
+        return self._executor
+
+    def push(self, job: QueuedJob) -> str:
+        executor = self._get_executor()
+        job = replace(job, connection=self.connection, attempts=0)
+        while True:
+            job.attempts += 1
+            completion = executor.run(job)
+            if completion.outcome == ABANDONED:
+                assert completion.exception is not None
+                raise completion.exception
+            executor.announce(completion)
+            if completion.outcome == PROCESSED:
+                return job.id
+            if completion.outcome == FAILED:
+                assert completion.info is not None
+                self.failed.append(FailedJob.of(job, completion.info, _clock.now()))
+                if completion.exception is not None:
+                    raise completion.exception
+                raise RuntimeError(completion.info.error)
+
+    def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
+        return [self.push(job) for job in jobs]
+
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        return []
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        pass
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        pass
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        failed = FailedJob.of(job, as_exception_info(error), _clock.now())
+        self.failed.append(failed)
+        return failed
+
+    def reclaim_expired(self) -> int:
+        return 0
+
+    def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        return list(reversed(self.failed))[:limit]
+
+    def retry_failed(self, id: str) -> bool:
+        for index, failed in enumerate(self.failed):
+            if failed.id == id:
+                del self.failed[index]
+                job = failed.job or QueuedJob(id=failed.id, name=failed.name, queue=failed.queue, payload=failed.payload)
+                self.push(job)
+                return True
+        return False
+
+    def forget_failed(self, id: str) -> bool:
+        for index, failed in enumerate(self.failed):
+            if failed.id == id:
+                del self.failed[index]
+                return True
+        return False
+
+    def size(self, queue: str | None = None) -> int:
+        return 0

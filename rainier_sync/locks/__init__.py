@@ -1,0 +1,23 @@
+"""Lock stores for unique jobs: memory here; database and Redis load on demand."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .base import LockStore
+from .memory import MemoryLockStore
+
+__all__ = ["LockStore", "MemoryLockStore", "DatabaseLockStore", "RedisLockStore"]
+
+_LAZY = {
+    "DatabaseLockStore": "rainier_sync.drivers.database",
+    "RedisLockStore": "rainier_sync.drivers.redis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rainier_sync.locks' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,380 @@
+"""The queue manager: where jobs are dispatched, over named connections."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from . import _clock
+from .container import Container
+from .errors import JobDefinitionError, NoQueueConfiguredError, UnknownConnectionError
+from .job import Job
+from .registry import JobRegistry
+from .types import QueuedJob
+
+if TYPE_CHECKING:
+    from .config import QueueResources
+    from .drivers.base import BaseQueue
+    from .locks.base import LockStore
+    from .testing import FakeQueueManager
+
+__all__ = ["QueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
+
+log = logging.getLogger("rainier_sync")
+
+
+def _seconds(name: str, value: float | timedelta) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be seconds (a number) or a timedelta, got {value!r}")
+    if value < 0 or value != value:
+        raise ValueError(f"{name} must not be negative, got {value!r}")
+    return float(value)
+
+
+class PendingDispatch:
+    """A dispatch being built: ``manager.pending(job).on_queue("high").delay(30).send()``."""
+
+    __slots__ = ("_manager", "_job", "_queue", "_connection", "_delay", "_tries", "_priority", "_within")
+
+    def __init__(self, manager: QueueManager, job: Job) -> None:
+        self._manager = manager
+        self._job = job
+        self._queue: str | None = None
+        self._connection: str | None = None
+        self._delay = 0.0
+        self._tries: int | None = None
+        self._priority: int | None = None
+        self._within: Any = None
+
+    def on_queue(self, queue: str) -> PendingDispatch:
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"queue must be a non-empty string, got {queue!r}")
+        self._queue = queue
+        return self
+
+    def on_connection(self, connection: str) -> PendingDispatch:
+        self._manager.connection(connection)  # refuse an undeclared one now, not at send()
+        self._connection = connection
+        return self
+
+    def delay(self, seconds: float | timedelta) -> PendingDispatch:
+        self._delay = _seconds("delay", seconds)
+        return self
+
+    def tries(self, tries: int) -> PendingDispatch:
+        if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
+            raise ValueError(f"tries must be an int >= 1, got {tries!r}")
+        self._tries = tries
+        return self
+
+    def priority(self, priority: int) -> PendingDispatch:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"priority must be an int, got {priority!r}")
+        self._priority = priority
+        return self
+
+    def within(self, connection: Any) -> PendingDispatch:
+        """Write the job on the caller's open database connection (psycopg or
+        sqlite3), so it commits or rolls back with the caller's transaction.
+        Only the database driver can do this."""
+        self._within = connection
+        return self
+
+    def send(self) -> str | None:
+        """Queue it; returns the job's id, or None when a unique duplicate was dropped."""
+        m = self._manager
+        name = self._connection or m.default
+        queued = m.build(self._job, queue=self._queue, delay=self._delay, tries=self._tries,
+                         priority=self._priority, connection=name)
+        return m._send(name, [queued], within=self._within)[0]
+
+
+class QueueManager:
+    """Dispatches jobs to named connections (one driver each).
+
+    ``connections`` maps names to drivers; ``default`` names the one used when
+    a dispatch names none. A connection nobody declared is an error, never the
+    default. ``locks`` is the lock store unique jobs use.
+    """
+
+    def __init__(
+        self,
+        connections: Mapping[str, BaseQueue] | None = None,
+        default: str | None = None,
+        registry: JobRegistry | None = None,
+        container: Container | None = None,
+        locks: LockStore | None = None,
+    ) -> None:
+        self.registry = registry if registry is not None else JobRegistry()
+        self.container = container if container is not None else Container()
+        self.locks = locks
+        self._connections: dict[str, BaseQueue] = dict(connections or {})
+        if default is None and len(self._connections) == 1:
+            default = next(iter(self._connections))
+        if self._connections and default not in self._connections:
+            declared = ", ".join(sorted(self._connections)) or "none"
+            raise UnknownConnectionError(f"default connection {default!r} is not declared (declared: {declared})")
+        self.default: str | None = default
+        for name, driver in self._connections.items():
+            driver.bind(self, name)
+
+    # -- booting -------------------------------------------------------------------
+    @classmethod
+    def from_env(
+        cls,
+        registry: JobRegistry | None = None,
+        container: Container | None = None,
+        *,
+        resources: QueueResources | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> QueueManager:
+        """Boot from ``QUEUE_DRIVER`` and the settings beside it."""
+        from .config import boot_from_env
+
+        return boot_from_env(registry=registry, container=container, resources=resources, environ=environ)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        registry: JobRegistry | None = None,
+        container: Container | None = None,
+        *,
+        resources: QueueResources | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> QueueManager:
+        """Boot from a ``queues`` section: a dict, or a JSON or TOML file path."""
+        from .config import boot_from_config
+
+        return boot_from_config(config, registry=registry, container=container, resources=resources,
+                                environ=environ)
+
+    @classmethod
+    def fake(cls, registry: JobRegistry | None = None) -> FakeQueueManager:
+        """A manager that records dispatches instead of performing them."""
+        from .testing import FakeQueueManager
+
+        return FakeQueueManager(registry=registry)
+
+    # -- connections ---------------------------------------------------------------
+    @property
+    def connections(self) -> dict[str, BaseQueue]:
+        return dict(self._connections)
+
+    def connection(self, name: str | None = None) -> BaseQueue:
+        """The driver declared as ``name`` (the default when None)."""
+        if name is None:
+            name = self.default
+            if name is None:
+                raise NoQueueConfiguredError(
+                    "no queue is configured: set QUEUE_DRIVER or a queues section, or build a QueueManager "
+                    "with connections"
+                )
+        try:
+            return self._connections[name]
+        except KeyError:
+            declared = ", ".join(sorted(self._connections)) or "none"
+            raise UnknownConnectionError(f"connection {name!r} is not declared (declared: {declared})") from None
+
+    def close(self) -> None:
+        for driver in self._connections.values():
+            driver.close()
+        if self.locks is not None:
+            self.locks.close()
+
+    # -- dispatching -----------------------------------------------------------------
+    def pending(self, job: Job) -> PendingDispatch:
+        return PendingDispatch(self, job)
+
+    def dispatch(self, job: Job) -> str | None:
+        """Queue ``job`` on its own ``QUEUE``; its id, or None for a dropped duplicate."""
+        name = self.default
+        return self._send(name, [self.build(job, connection=name)])[0]
+
+    def dispatch_on(self, queue: str, job: Job) -> str | None:
+        return self.pending(job).on_queue(queue).send()
+
+    def dispatch_after(self, delay: float | timedelta, job: Job) -> str | None:
+        return self.pending(job).delay(delay).send()
+
+    def dispatch_many(self, jobs: Iterable[Job]) -> list[str | None]:
+        """Queue several jobs on the default connection, one round trip per
+        batch where the backend allows; ids in order (None for dropped duplicates)."""
+        name = self.default
+        return self._send(name, [self.build(job, connection=name) for job in jobs])
+
+    def dispatch_now(self, job: Job) -> str:
+        """Run ``job`` now, in this thread, with its retries (no backoff sleep);
+        a final failure raises."""
+        from .drivers.sync import SyncQueue
+
+        queued = self.build(job, connection="now")
+        runner = SyncQueue(self.registry, self.container)
+        try:
+            return runner.push(queued)
+        finally:
+            if queued.unique_key is not None and self.locks is not None and queued.unique_owner:
+                self.locks.release(queued.unique_key, queued.unique_owner)
+
+    # -- internals -------------------------------------------------------------------
+    def build(
+        self,
+        job: Job,
+        *,
+        queue: str | None = None,
+        delay: float = 0.0,
+        tries: int | None = None,
+        priority: int | None = None,
+        connection: str | None = None,
+    ) -> QueuedJob:
+        """The QueuedJob a dispatch would store (payload checked, nothing sent)."""
+        if not isinstance(job, Job):
+            raise TypeError(f"can only dispatch a rainier_sync.Job, got {type(job).__name__}")
+        job_class = type(job)
+        name = getattr(job_class, "NAME", None)
+        if not isinstance(name, str) or not name:
+            raise JobDefinitionError(f"{job_class.__qualname__} has no NAME: it cannot go on the wire")
+        known = self.registry._jobs.get(name)
+        if known is not None and known is not job_class:
+            raise JobDefinitionError(
+                f"job name {name!r} is registered to {known.__qualname__}, not {job_class.__qualname__}"
+            )
+        payload, _ = job.encoded_payload()
+        now = _clock.now()
+        queued = QueuedJob(
+            id=uuid.uuid4().hex,
+            name=name,
+            queue=queue or job_class.QUEUE,
+            payload=payload,
+            connection=connection or self.default or "default",
+            attempts=0,
+            max_attempts=tries if tries is not None else job_class.TRIES,
+            priority=priority if priority is not None else job_class.PRIORITY,
+            available_at=now + delay,
+            dispatched_at=now,
+        )
+        unique = job.unique_id()
+        if unique is not None:
+            queued.unique_key = f"{name}:{unique}"
+            queued.unique_owner = uuid.uuid4().hex
+            queued.unique_for = float(job_class.UNIQUE_FOR)
+        return queued
+
+    def _send(self, name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
+        driver = self.connection(name)
+        ids: list[str | None] = [job.id for job in jobs]
+        to_push: list[QueuedJob] = []
+        locked: list[QueuedJob] = []
+        for index, job in enumerate(jobs):
+            if job.unique_key is not None:
+                if self.locks is None:
+                    log.warning(
+                        "job %s is unique but no lock store is configured: dispatched without deduplication",
+                        job.unique_key,
+                    )
+                    job.unique_key = job.unique_owner = None
+                elif not self.locks.acquire(job.unique_key, job.unique_owner or "", job.unique_for or 3600):
+                    ids[index] = None
+                    continue
+                else:
+                    locked.append(job)
+            to_push.append(job)
+        if not to_push:
+            return ids
+        try:
+            if within is not None:
+                push_within = getattr(driver, "push_within", None)
+                if push_within is None:
+                    raise TypeError(
+                        f"connection {name!r} ({driver.driver.value}) cannot dispatch within a caller's "
+                        "transaction; only the database driver can"
+                    )
+                push_within(within, to_push)
+            elif len(to_push) == 1:
+                driver.push(to_push[0])
+            else:
+                driver.push_many(to_push)
+        except BaseException:
+            assert self.locks is not None or not locked
+            for job in locked:
+                try:
+                    self.locks.release(job.unique_key or "", job.unique_owner or "")  # type: ignore[union-attr]
+                except Exception:  # noqa: BLE001 - the push error is the one to raise
+                    log.exception("could not release unique lock %s after a failed push", job.unique_key)
+            raise
+        return ids
+
+    # -- assertions (only a fake can answer them) ---------------------------------------
+    def _not_a_fake(self, name: str) -> AssertionError:
+        return AssertionError(
+            f"{name}() needs QueueManager.fake(); this is a real QueueManager, which records nothing, "
+            "so the assertion would pass or fail for the wrong reason"
+        )
+
+    def pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> list[QueuedJob]:
+        raise self._not_a_fake("pushed")
+
+    def assert_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        raise self._not_a_fake("assert_pushed")
+
+    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
+        raise self._not_a_fake("assert_pushed_times")
+
+    def assert_pushed_on(self, job_class: type[Job], queue: str,
+                         where: Callable[[Any], bool] | None = None) -> None:
+        raise self._not_a_fake("assert_pushed_on")
+
+    def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        raise self._not_a_fake("assert_not_pushed")
+
+    def assert_nothing_pushed(self) -> None:
+        raise self._not_a_fake("assert_nothing_pushed")
+
+    def __repr__(self) -> str:
+        return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"
+
+
+_instance: QueueManager | None = None
+_instance_lock = threading.Lock()
+_resolvers: list[Callable[[], QueueManager | None]] = []
+
+
+def add_instance_resolver(resolver: Callable[[], QueueManager | None]) -> None:
+    """Let an integration (Flask's current app, say) answer :func:`instance`
+    first; a resolver returns None when it has no manager to offer."""
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
+
+
+def instance() -> QueueManager:
+    """The process-wide manager (set by :func:`set_instance` or by booting)."""
+    for resolver in _resolvers:
+        found = resolver()
+        if found is not None:
+            return found
+    manager = _instance
+    if manager is None:
+        raise NoQueueConfiguredError(
+            "no QueueManager is set for this process: call rainier_sync.set_instance(manager) at boot"
+        )
+    return manager
+
+
+def set_instance(manager: QueueManager | None) -> QueueManager | None:
+    """Make ``manager`` the process-wide manager; returns the previous one."""
+    global _instance
+    with _instance_lock:
+        previous, _instance = _instance, manager
+    return previous
+
+
+def dispatch(job: Job) -> str | None:
+    """``instance().dispatch(job)``."""
+    return instance().dispatch(job)
+
+

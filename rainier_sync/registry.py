@@ -1,0 +1,69 @@
+"""The registry that turns a name on the wire back into a job class."""
+
+from __future__ import annotations
+
+from typing import Iterator, TypeVar
+
+from .errors import JobDefinitionError, UnknownJobError
+from .job import Job
+
+__all__ = ["JobRegistry"]
+
+J = TypeVar("J", bound=type[Job])
+
+
+class JobRegistry:
+    """Job classes by ``NAME``. ``register`` also works as a class decorator."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, type[Job]] = {}
+
+    def register(self, job_class: J) -> J:
+        if not isinstance(job_class, type) or not issubclass(job_class, Job):
+            raise JobDefinitionError(f"{job_class!r} is not a subclass of rainier_sync.Job")
+        name = job_class.__dict__.get("NAME", getattr(job_class, "NAME", None))
+        if not isinstance(name, str) or not name.strip():
+            raise JobDefinitionError(
+                f"{job_class.__qualname__} has no NAME: give it a stable name for the wire, "
+                f'e.g. NAME = "billing.{job_class.__name__.lower()}"'
+            )
+        existing = self._jobs.get(name)
+        if existing is not None and existing is not job_class:
+            raise JobDefinitionError(
+                f"job name {name!r} is already registered to "
+                f"{existing.__module__}.{existing.__qualname__}; {job_class.__module__}."
+                f"{job_class.__qualname__} needs a NAME of its own"
+            )
+        tries = job_class.TRIES
+        if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
+            raise JobDefinitionError(f"{job_class.__qualname__}.TRIES must be an int >= 1, got {tries!r}")
+        timeout = job_class.TIMEOUT
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise JobDefinitionError(f"{job_class.__qualname__}.TIMEOUT must be a positive number or None, got {timeout!r}")
+        self._jobs[name] = job_class
+        return job_class
+
+    def with_job(self, job_class: type[Job]) -> JobRegistry:
+        """Register and return the registry, for chaining."""
+        self.register(job_class)
+        return self
+
+    def get(self, name: str) -> type[Job]:
+        try:
+            return self._jobs[name]
+        except KeyError:
+            raise UnknownJobError(
+                f"no job named {name!r} is registered; register its class with JobRegistry.register()"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._jobs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def classes(self) -> list[type[Job]]:
+        return list(self._jobs.values())

@@ -1,0 +1,62 @@
+"""Worker and queue events, as blinker signals.
+
+Connect a receiver: ``job_failed.connect(on_failed)``. Each is sent with the
+worker (or the driver) as sender and keyword arguments:
+
+- ``job_processing(job, connection)``: before each attempt.
+- ``job_processed(job, connection, duration)``: after success.
+- ``job_released(job, connection, delay, error, exception)``: returned for another attempt.
+- ``job_failed(job, connection, error, exception)``: attempts exhausted.
+- ``job_attempt_failed(job, connection, attempt, final_attempt, error, exception)``:
+  every failed attempt, released or failed for good (for an error reporter).
+- ``queue_message_discarded(connection, error, exception, raw)``: a message the
+  driver could not read.
+- ``queue_operation_failed(connection, operation, error, exception)``: an
+  acknowledge, release, reserve... that raised.
+
+``error`` is the string the failed store keeps; ``exception`` is an
+:class:`~rainier_sync.types.ExceptionInfo` (kind, message, cause chain,
+traceback text, ``timed_out``, ``crashed``). A receiver that raises is logged
+and never stops the worker or the other receivers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from blinker import NamedSignal, Namespace
+
+__all__ = [
+    "job_processing",
+    "job_processed",
+    "job_released",
+    "job_failed",
+    "job_attempt_failed",
+    "queue_message_discarded",
+    "queue_operation_failed",
+    "emit",
+]
+
+_signals = Namespace()
+
+job_processing = _signals.signal("job-processing")
+job_processed = _signals.signal("job-processed")
+job_released = _signals.signal("job-released")
+job_failed = _signals.signal("job-failed")
+job_attempt_failed = _signals.signal("job-attempt-failed")
+queue_message_discarded = _signals.signal("queue-message-discarded")
+queue_operation_failed = _signals.signal("queue-operation-failed")
+
+log = logging.getLogger("rainier_sync")
+
+
+def emit(signal: NamedSignal, sender: Any, **kwargs: Any) -> None:
+    """Send ``signal``, calling every receiver even when one raises."""
+    if not signal.receivers:
+        return
+    for receiver in signal.receivers_for(sender):
+        try:
+            receiver(sender, **kwargs)
+        except Exception:  # noqa: BLE001 - a listener must never kill the worker
+            log.exception("a receiver of %s raised; ignored", signal.name)

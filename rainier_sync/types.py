@@ -1,0 +1,243 @@
+"""The records that cross between the manager, the drivers and the worker."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import JobCrashedError, JobTimeoutError, PayloadError
+
+__all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "encode", "decode"]
+
+
+def encode(data: Any) -> str:
+    """Compact JSON, refusing NaN and infinities (not JSON)."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def decode(text: str | bytes) -> Any:
+    return json.loads(text)
+
+
+@dataclass(slots=True)
+class QueuedJob:
+    """One queued instance of a job, as a driver stores and hands it out.
+
+    ``attempts`` counts the attempts started so far: a job just reserved for
+    the first time has ``attempts == 1``. ``available_at`` is seconds since the
+    epoch. ``receipt`` is the driver's own handle on a reserved job (a stream
+    entry id, an SQS receipt handle, ...) and never goes on the wire.
+    """
+
+    id: str
+    name: str
+    queue: str
+    payload: dict[str, Any]
+    connection: str = "default"
+    attempts: int = 0
+    max_attempts: int = 1
+    priority: int = 0
+    available_at: float = 0.0
+    unique_key: str | None = None
+    unique_owner: str | None = None
+    unique_for: float | None = None
+    dispatched_at: float = 0.0
+    receipt: Any = field(default=None, compare=False, repr=False)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-able envelope a driver stores (everything but ``receipt``)."""
+        wire: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "queue": self.queue,
+            "payload": self.payload,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "priority": self.priority,
+            "available_at": self.available_at,
+            "dispatched_at": self.dispatched_at,
+        }
+        if self.unique_key is not None:
+            wire["unique"] = [self.unique_key, self.unique_owner, self.unique_for]
+        return wire
+
+    def encode(self) -> str:
+        return encode(self.to_wire())
+
+    @classmethod
+    def from_wire(cls, data: Any, *, connection: str = "default", receipt: Any = None) -> QueuedJob:
+        """Rebuild from an envelope; raises :class:`PayloadError` naming what is wrong."""
+        if not isinstance(data, dict):
+            raise PayloadError(f"a queued job must be a JSON object, got {type(data).__name__}")
+        try:
+            name = data["name"]
+            job_id = data["id"]
+            payload = data["payload"]
+        except KeyError as missing:
+            raise PayloadError(f"a queued job has no {missing.args[0]!r} field") from None
+        if not isinstance(name, str) or not isinstance(job_id, str):
+            raise PayloadError("a queued job's 'id' and 'name' must be strings")
+        if not isinstance(payload, dict):
+            raise PayloadError(f"job {name!r}: payload must be a JSON object")
+        unique = data.get("unique")
+        try:
+            return cls(
+                id=job_id,
+                name=name,
+                queue=str(data.get("queue", "default")),
+                payload=payload,
+                connection=connection,
+                attempts=int(data.get("attempts", 0)),
+                max_attempts=int(data.get("max_attempts", 1)),
+                priority=int(data.get("priority", 0)),
+                available_at=float(data.get("available_at", 0.0)),
+                dispatched_at=float(data.get("dispatched_at", 0.0)),
+                unique_key=unique[0] if unique else None,
+                unique_owner=unique[1] if unique else None,
+                unique_for=unique[2] if unique else None,
+                receipt=receipt,
+            )
+        except (TypeError, ValueError, IndexError) as exc:
+            raise PayloadError(f"job {name!r}: malformed envelope: {exc}") from None
+
+    @classmethod
+    def decode(cls, text: str | bytes, *, connection: str = "default", receipt: Any = None) -> QueuedJob:
+        try:
+            data = decode(text)
+        except ValueError as exc:
+            raise PayloadError(f"a queued job is not valid JSON: {exc}") from None
+        return cls.from_wire(data, connection=connection, receipt=receipt)
+
+
+@dataclass(slots=True, frozen=True)
+class ExceptionInfo:
+    """A failure as data: what the events carry and the failed store keeps.
+
+    ``causes`` is the chain below the exception (``__cause__`` or
+    ``__context__``), outermost first, each as ``(kind, message)``.
+    ``timed_out`` is set when the attempt overran its time limit, ``crashed``
+    when the process running it died.
+    """
+
+    kind: str
+    message: str
+    causes: tuple[tuple[str, str], ...] = ()
+    traceback: str = ""
+    timed_out: bool = False
+    crashed: bool = False
+
+    @property
+    def error(self) -> str:
+        """The one-line string the failed store keeps and the log prints."""
+        return f"{self.kind}: {self.message}" if self.message else self.kind
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ExceptionInfo:
+        causes: list[tuple[str, str]] = []
+        seen = {id(exc)}
+        below = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        while below is not None and id(below) not in seen and len(causes) < 20:
+            seen.add(id(below))
+            causes.append((_kind(below), str(below)))
+            below = below.__cause__ or (None if below.__suppress_context__ else below.__context__)
+        return cls(
+            kind=_kind(exc),
+            message=str(exc),
+            causes=tuple(causes),
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            timed_out=isinstance(exc, JobTimeoutError),
+            crashed=isinstance(exc, JobCrashedError),
+        )
+
+    @classmethod
+    def from_message(cls, message: str) -> ExceptionInfo:
+        kind, sep, rest = message.partition(": ")
+        if sep and kind and " " not in kind:
+            return cls(kind=kind, message=rest)
+        return cls(kind="Error", message=message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "causes": [list(c) for c in self.causes],
+            "traceback": self.traceback,
+            "timed_out": self.timed_out,
+            "crashed": self.crashed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ExceptionInfo:
+        if not isinstance(data, dict):
+            return cls.from_message(str(data))
+        return cls(
+            kind=str(data.get("kind", "Error")),
+            message=str(data.get("message", "")),
+            causes=tuple((str(k), str(m)) for k, m in data.get("causes", ())),
+            traceback=str(data.get("traceback", "")),
+            timed_out=bool(data.get("timed_out", False)),
+            crashed=bool(data.get("crashed", False)),
+        )
+
+
+def _kind(exc: BaseException) -> str:
+    cls = type(exc)
+    module = cls.__module__
+    return cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+
+
+def as_exception_info(error: BaseException | str | ExceptionInfo) -> ExceptionInfo:
+    """What ``fail(job, error)`` accepts, as an :class:`ExceptionInfo`."""
+    if isinstance(error, ExceptionInfo):
+        return error
+    if isinstance(error, BaseException):
+        return ExceptionInfo.from_exception(error)
+    return ExceptionInfo.from_message(str(error))
+
+
+@dataclass(slots=True)
+class FailedJob:
+    """A job that used up its attempts (or could not be run at all)."""
+
+    id: str
+    name: str
+    queue: str
+    connection: str
+    payload: dict[str, Any]
+    error: str
+    exception: ExceptionInfo
+    failed_at: float
+    attempts: int = 0
+    max_attempts: int = 1
+    job: QueuedJob | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, job: QueuedJob, info: ExceptionInfo, failed_at: float) -> FailedJob:
+        return cls(
+            id=job.id,
+            name=job.name,
+            queue=job.queue,
+            connection=job.connection,
+            payload=job.payload,
+            error=info.error,
+            exception=info,
+            failed_at=failed_at,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            job=job,
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class QueueCounts:
+    """How many jobs of one queue are in each state."""
+
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.delayed + self.reserved
