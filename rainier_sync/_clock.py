@@ -30,7 +30,7 @@ def now() -> float:
     if api is not None:
         factories = getattr(api, "freeze_factories", None)
         if factories:
-            frozen = factories[-1]()
+            frozen: datetime = factories[-1]()
             return calendar.timegm(frozen.timetuple()) + frozen.microsecond / 1_000_000
     return time.time()
 

@@ -90,8 +90,7 @@ class Executor:
             job.handle(context)
         except (KeyboardInterrupt, SystemExit) as exc:
             self.container.flush_scoped()
-            return Completion(queued, ABANDONED, exception=exc, interrupted=True,
-                              duration=_clock.monotonic() - started)
+            return Completion(queued, ABANDONED, exception=exc, interrupted=True, duration=_clock.monotonic() - started)
         except BaseException as exc:  # noqa: BLE001 - any failure fails the attempt, not the worker
             error = exc
         finally:
@@ -160,8 +159,9 @@ class Executor:
         outcome = completion.outcome
         if outcome == PROCESSED:
             self.release_unique(job)
-            signals.emit(signals.job_processed, self.sender, job=job, connection=job.connection,
-                         duration=completion.duration)
+            signals.emit(
+                signals.job_processed, self.sender, job=job, connection=job.connection, duration=completion.duration
+            )
             return
         if outcome == ABANDONED:
             log.warning("job %s (%s) was interrupted; released for another attempt", job.id, job.name)
@@ -169,18 +169,41 @@ class Executor:
         info = completion.info
         assert info is not None
         final = outcome == FAILED
-        signals.emit(signals.job_attempt_failed, self.sender, job=job, connection=job.connection,
-                     attempt=job.attempts, final_attempt=final, error=info.error, exception=info)
+        signals.emit(
+            signals.job_attempt_failed,
+            self.sender,
+            job=job,
+            connection=job.connection,
+            attempt=job.attempts,
+            final_attempt=final,
+            error=info.error,
+            exception=info,
+        )
         if final:
             self.release_unique(job)
             log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, job.attempts, info.error)
-            signals.emit(signals.job_failed, self.sender, job=job, connection=job.connection,
-                         error=info.error, exception=info)
+            signals.emit(
+                signals.job_failed, self.sender, job=job, connection=job.connection, error=info.error, exception=info
+            )
         else:
-            log.warning("job %s (%s) attempt %d/%d failed, retrying in %.3gs: %s", job.id, job.name,
-                        job.attempts, job.max_attempts, completion.delay, info.error)
-            signals.emit(signals.job_released, self.sender, job=job, connection=job.connection,
-                         delay=completion.delay, error=info.error, exception=info)
+            log.warning(
+                "job %s (%s) attempt %d/%d failed, retrying in %.3gs: %s",
+                job.id,
+                job.name,
+                job.attempts,
+                job.max_attempts,
+                completion.delay,
+                info.error,
+            )
+            signals.emit(
+                signals.job_released,
+                self.sender,
+                job=job,
+                connection=job.connection,
+                delay=completion.delay,
+                error=info.error,
+                exception=info,
+            )
 
     def release_unique(self, job: QueuedJob) -> None:
         if job.unique_key is None or job.unique_owner is None or self.locks is None:

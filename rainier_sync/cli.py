@@ -17,8 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run and manage rainier_sync job queues.",
     )
     parser.add_argument("--version", action="version", version=f"rainier-sync {__version__}")
-    parser.add_argument("--app", help="module:attribute of a QueueManager, or of a factory returning one "
-                                      "(default: $RAINIER_APP)")
+    parser.add_argument(
+        "--app", help="module:attribute of a QueueManager, or of a factory returning one (default: $RAINIER_APP)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug logs")
     parser.add_subparsers(dest="command", metavar="COMMAND")
     return parser

@@ -97,8 +97,7 @@ class Job:
                     encode(value)
                 except (TypeError, ValueError) as field_exc:
                     raise PayloadError(
-                        f"job {name!r}: field {key!r} is not JSON-serialisable "
-                        f"({type(value).__name__}): {field_exc}"
+                        f"job {name!r}: field {key!r} is not JSON-serialisable ({type(value).__name__}): {field_exc}"
                     ) from None
             raise PayloadError(f"job {name!r}: payload is not JSON-serialisable: {exc}") from None
 

@@ -89,8 +89,9 @@ class PendingDispatch:
         """Queue it; returns the job's id, or None when a unique duplicate was dropped."""
         m = self._manager
         name = self._connection or m.default
-        queued = m.build(self._job, queue=self._queue, delay=self._delay, tries=self._tries,
-                         priority=self._priority, connection=name)
+        queued = m.build(
+            self._job, queue=self._queue, delay=self._delay, tries=self._tries, priority=self._priority, connection=name
+        )
         return m._send(name, [queued], within=self._within)[0]
 
 
@@ -151,8 +152,7 @@ class QueueManager:
         """Boot from a ``queues`` section: a dict, or a JSON or TOML file path."""
         from .config import boot_from_config
 
-        return boot_from_config(config, registry=registry, container=container, resources=resources,
-                                environ=environ)
+        return boot_from_config(config, registry=registry, container=container, resources=resources, environ=environ)
 
     @classmethod
     def fake(cls, registry: JobRegistry | None = None) -> FakeQueueManager:
@@ -325,8 +325,7 @@ class QueueManager:
     def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
         raise self._not_a_fake("assert_pushed_times")
 
-    def assert_pushed_on(self, job_class: type[Job], queue: str,
-                         where: Callable[[Any], bool] | None = None) -> None:
+    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Callable[[Any], bool] | None = None) -> None:
         raise self._not_a_fake("assert_pushed_on")
 
     def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
@@ -376,5 +375,3 @@ def set_instance(manager: QueueManager | None) -> QueueManager | None:
 def dispatch(job: Job) -> str | None:
     """``instance().dispatch(job)``."""
     return instance().dispatch(job)
-
-

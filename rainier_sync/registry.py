@@ -39,7 +39,9 @@ class JobRegistry:
             raise JobDefinitionError(f"{job_class.__qualname__}.TRIES must be an int >= 1, got {tries!r}")
         timeout = job_class.TIMEOUT
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise JobDefinitionError(f"{job_class.__qualname__}.TIMEOUT must be a positive number or None, got {timeout!r}")
+            raise JobDefinitionError(
+                f"{job_class.__qualname__}.TIMEOUT must be a positive number or None, got {timeout!r}"
+            )
         self._jobs[name] = job_class
         return job_class
 

@@ -40,8 +40,9 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False, allow_none: bo
         return
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and (value >= 0 if allow_zero else value > 0)
     if not ok:
-        raise ConfigurationError(f"worker option {name} must be a {'non-negative' if allow_zero else 'positive'} "
-                                 f"number, got {value!r}")
+        raise ConfigurationError(
+            f"worker option {name} must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
+        )
 
 
 @dataclass
@@ -82,8 +83,9 @@ class WorkerOptions:
             raise ConfigurationError(f"worker option queues must be non-empty queue names, got {self.queues!r}")
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise ConfigurationError(f"worker option concurrency must be an int >= 1, got {self.concurrency!r}")
-        if self.max_jobs is not None and (isinstance(self.max_jobs, bool) or not isinstance(self.max_jobs, int)
-                                          or self.max_jobs < 1):
+        if self.max_jobs is not None and (
+            isinstance(self.max_jobs, bool) or not isinstance(self.max_jobs, int) or self.max_jobs < 1
+        ):
             raise ConfigurationError(f"worker option max_jobs must be an int >= 1 or None, got {self.max_jobs!r}")
         _positive("sleep", self.sleep, allow_zero=True)
         _positive("timeout", self.timeout, allow_none=True)
@@ -170,8 +172,9 @@ class Worker:
         """Run the worker in a background thread (for a service that embeds it)."""
         if self._thread is not None:
             raise RuntimeError("this worker was already started")
-        self._thread = threading.Thread(target=self._run_in_thread, name=f"rainier-worker-{self.connection_name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run_in_thread, name=f"rainier-worker-{self.connection_name}", daemon=True
+        )
         self._thread.start()
         return self._thread
 
@@ -313,8 +316,11 @@ class Worker:
     def _abandon_running(self) -> None:
         left = len(self._running)
         if left:
-            log.warning("grace period over: abandoning %d running job(s); their reservations will lapse "
-                        "and another worker will run them again", left)
+            log.warning(
+                "grace period over: abandoning %d running job(s); their reservations will lapse "
+                "and another worker will run them again",
+                left,
+            )
         self._running.clear()
 
     def _backend(self, operation: str, fn: Any, *args: Any) -> Any:
@@ -327,8 +333,14 @@ class Worker:
     def _operation_failed(self, operation: str, exc: BaseException) -> None:
         info = ExceptionInfo.from_exception(exc)
         log.error("queue operation %s on connection %r failed: %s", operation, self.connection_name, info.error)
-        signals.emit(signals.queue_operation_failed, self, connection=self.connection_name, operation=operation,
-                     error=info.error, exception=info)
+        signals.emit(
+            signals.queue_operation_failed,
+            self,
+            connection=self.connection_name,
+            operation=operation,
+            error=info.error,
+            exception=info,
+        )
 
     # -- the pool ----------------------------------------------------------------------
     def _start_pool(self) -> None:

@@ -36,7 +36,7 @@ class MemoryQueue(BaseQueue):
     def __init__(self, reservation: float = 90) -> None:
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
             raise ValueError(f"reservation must be a positive number of seconds, got {reservation!r}")
-        self.reservation = float(reservation)
+        self.reservation: float = float(reservation)
         self._mutex = threading.Lock()
         self._seq = itertools.count()
         self._jobs: dict[str, QueuedJob] = {}
@@ -257,8 +257,12 @@ class MemoryQueue(BaseQueue):
             raise ValueError("drain() needs a registry and a container: bind this queue to a QueueManager or pass them")
         from ..container import Container as _Container
 
-        executor = Executor(registry, container if container is not None else _Container(),
-                            locks=manager.locks if manager is not None else None, sender=self)
+        executor = Executor(
+            registry,
+            container if container is not None else _Container(),
+            locks=manager.locks if manager is not None else None,
+            sender=self,
+        )
         ran = 0
         while True:
             with self._mutex:

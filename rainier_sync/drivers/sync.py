@@ -45,7 +45,9 @@ class SyncQueue(BaseQueue):
     def _get_executor(self) -> Executor:
         if self._executor is None:
             if self.registry is None or self.container is None:
-                raise ValueError("SyncQueue needs a registry and a container: give them, or declare it on a QueueManager")
+                raise ValueError(
+                    "SyncQueue needs a registry and a container: give them, or declare it on a QueueManager"
+                )
             self._executor = Executor(self.registry, self.container, sender=self)
         return self._executor
 
@@ -95,7 +97,9 @@ class SyncQueue(BaseQueue):
         for index, failed in enumerate(self.failed):
             if failed.id == id:
                 del self.failed[index]
-                job = failed.job or QueuedJob(id=failed.id, name=failed.name, queue=failed.queue, payload=failed.payload)
+                job = failed.job or QueuedJob(
+                    id=failed.id, name=failed.name, queue=failed.queue, payload=failed.payload
+                )
                 self.push(job)
                 return True
         return False

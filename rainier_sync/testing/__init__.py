@@ -114,8 +114,7 @@ class FakeQueueManager(QueueManager):
     def assert_pushed(self, job_class: type[Job], where: Predicate | None = None) -> None:
         if not self._matching(job_class, where):
             detail = " matching the predicate" if where is not None else ""
-            raise AssertionError(f"expected {job_class.__qualname__} to be pushed{detail}; "
-                                 f"pushed: {self._summary()}")
+            raise AssertionError(f"expected {job_class.__qualname__} to be pushed{detail}; pushed: {self._summary()}")
 
     def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
         found = len(self._matching(job_class, None))
@@ -126,8 +125,9 @@ class FakeQueueManager(QueueManager):
         matching = self._matching(job_class, where)
         if not any(p.queued.queue == queue for p in matching):
             queues = sorted({p.queued.queue for p in matching})
-            raise AssertionError(f"expected {job_class.__qualname__} pushed on queue {queue!r}; "
-                                 f"it was pushed on: {queues or 'no queue'}")
+            raise AssertionError(
+                f"expected {job_class.__qualname__} pushed on queue {queue!r}; it was pushed on: {queues or 'no queue'}"
+            )
 
     def assert_not_pushed(self, job_class: type[Job], where: Predicate | None = None) -> None:
         found = self._matching(job_class, where)

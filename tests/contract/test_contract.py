@@ -1,0 +1,235 @@
+"""The driver contract: every deferred driver passes these unchanged."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from rainier_sync import QueuedJob
+from rainier_sync.drivers.base import BaseQueue
+
+from .harness import Harness, harness_modules, load
+
+_seq = 0
+
+
+@pytest.fixture(params=harness_modules())
+def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    yield from load(request.param)(request)
+
+
+@pytest.fixture
+def q(h: Harness) -> Iterator[BaseQueue]:
+    driver = h.make()
+    try:
+        yield driver
+    finally:
+        driver.close()
+
+
+def needs(h: Harness, guarantee: str) -> None:
+    if guarantee in h.lacks:
+        pytest.skip(f"{h.name} cannot {guarantee}: {h.lacks[guarantee]}")
+
+
+def job(
+    queue: str = "default", *, delay: float = 0.0, priority: int = 0, tries: int = 3, **payload: object
+) -> QueuedJob:
+    from rainier_sync import _clock
+
+    global _seq
+    _seq += 1
+    now = _clock.now()
+    return QueuedJob(
+        id=f"job-{_seq:06d}-{id(payload)}",
+        name="contract.job",
+        queue=queue,
+        payload=dict(payload) or {"n": _seq},
+        max_attempts=tries,
+        priority=priority,
+        available_at=now + delay,
+        dispatched_at=now,
+    )
+
+
+def reserve_all(q: BaseQueue, queues: list[str], limit: int = 100) -> list[QueuedJob]:
+    """Reserve until nothing more comes back (drivers may hand out fewer than asked)."""
+    taken: list[QueuedJob] = []
+    for _ in range(50):
+        got = q.reserve_many(queues, limit - len(taken))
+        if not got:
+            break
+        taken.extend(got)
+        if len(taken) >= limit:
+            break
+    return taken
+
+
+def test_push_then_reserve_hands_out_the_job_once(q: BaseQueue) -> None:
+    pushed = job(text="héllo ✓", nested={"a": [1, 2, None]})
+    assert q.push(pushed) == pushed.id
+    got = q.reserve(["default"])
+    assert got is not None
+    assert (got.id, got.name, got.queue, got.payload) == (pushed.id, "contract.job", "default", pushed.payload)
+    assert got.attempts == 1 and got.max_attempts == 3
+    assert q.reserve(["default"]) is None, "a reserved job must be invisible to a second reserve"
+
+
+def test_reserve_on_an_empty_queue_returns_nothing(q: BaseQueue) -> None:
+    assert q.reserve(["default"]) is None
+    assert q.reserve_many(["default", "other"], 5) == []
+
+
+def test_acknowledge_removes_the_job(q: BaseQueue) -> None:
+    q.push(job())
+    got = q.reserve(["default"])
+    assert got is not None
+    q.acknowledge(got)
+    assert q.size("default") == 0
+    assert q.reserve(["default"]) is None
+
+
+def test_release_makes_the_job_available_again_with_its_attempts(q: BaseQueue) -> None:
+    q.push(job())
+    first = q.reserve(["default"])
+    assert first is not None
+    q.release(first, 0)
+    second = q.reserve(["default"])
+    assert second is not None and second.id == first.id
+    assert second.attempts == 2
+
+
+def test_release_with_a_delay_holds_the_job_until_due(h: Harness, q: BaseQueue) -> None:
+    needs(h, "hold a released job for its delay")
+    q.push(job())
+    got = q.reserve(["default"])
+    assert got is not None
+    q.release(got, h.delay)
+    assert q.reserve(["default"]) is None
+    assert q.size("default") == 1
+    h.advance(h.delay + 1)
+    again = reserve_all(q, ["default"], 1)
+    assert [j.id for j in again] == [got.id]
+
+
+def test_a_delayed_job_is_not_handed_out_early(h: Harness, q: BaseQueue) -> None:
+    needs(h, "delay a job")
+    q.push(job(delay=h.delay))
+    assert q.reserve(["default"]) is None
+    assert q.size("default") == 1
+    h.advance(h.delay + 1)
+    assert len(reserve_all(q, ["default"], 1)) == 1
+
+
+def test_fail_moves_the_job_to_the_failed_store(q: BaseQueue) -> None:
+    q.push(job(marker="x"))
+    got = q.reserve(["default"])
+    assert got is not None
+    failed = q.fail(got, ValueError("it broke"))
+    assert failed.id == got.id and failed.error == "ValueError: it broke"
+    assert q.size("default") == 0
+    listed = q.failed_jobs(10)
+    assert [f.id for f in listed] == [got.id]
+    assert listed[0].payload == {"marker": "x"}
+    assert listed[0].error == "ValueError: it broke"
+    assert listed[0].exception.kind == "ValueError"
+
+
+def test_fail_accepts_a_string(q: BaseQueue) -> None:
+    q.push(job())
+    got = q.reserve(["default"])
+    assert got is not None
+    q.fail(got, "gave up")
+    assert "gave up" in q.failed_jobs(1)[0].error
+
+
+def test_retry_failed_queues_it_again_with_fresh_attempts(q: BaseQueue) -> None:
+    q.push(job())
+    got = q.reserve(["default"])
+    assert got is not None
+    q.fail(got, "no")
+    assert q.retry_failed(got.id) is True
+    assert q.failed_jobs(10) == []
+    again = reserve_all(q, ["default"], 1)
+    assert [j.id for j in again] == [got.id]
+    assert again[0].attempts == 1
+    assert q.retry_failed("no-such-id") is False
+
+
+def test_forget_failed_deletes_it(q: BaseQueue) -> None:
+    q.push(job())
+    got = q.reserve(["default"])
+    assert got is not None
+    q.fail(got, "no")
+    assert q.forget_failed(got.id) is True
+    assert q.failed_jobs(10) == []
+    assert q.forget_failed(got.id) is False
+
+
+def test_a_lapsed_reservation_is_reclaimed(h: Harness, q: BaseQueue) -> None:
+    needs(h, "reclaim a lapsed reservation")
+    q.push(job())
+    got = q.reserve(["default"])
+    assert got is not None
+    h.advance(h.reservation + 1)
+    q.reclaim_expired()
+    again = reserve_all(q, ["default"], 1)
+    assert [j.id for j in again] == [got.id]
+    assert again[0].attempts == 2
+
+
+def test_extend_keeps_a_running_job_reserved(h: Harness, q: BaseQueue) -> None:
+    needs(h, "extend a reservation")
+    q.push(job())
+    got = q.reserve(["default"])
+    assert got is not None
+    h.advance(h.reservation * 0.6)
+    q.extend([got], h.reservation)
+    h.advance(h.reservation * 0.6)
+    q.reclaim_expired()
+    assert q.reserve(["default"]) is None, "an extended reservation must not lapse"
+    q.acknowledge(got)
+    assert q.size("default") == 0
+
+
+def test_lower_priority_runs_first_within_a_queue(h: Harness, q: BaseQueue) -> None:
+    needs(h, "order by priority")
+    low = job(priority=10)
+    normal = job(priority=0)
+    urgent = job(priority=-5)
+    for j in (low, normal, urgent):
+        q.push(j)
+    order = [j.id for j in reserve_all(q, ["default"], 3)]
+    assert order == [urgent.id, normal.id, low.id]
+
+
+def test_queues_are_tried_in_the_order_given(q: BaseQueue) -> None:
+    background = [job("low") for _ in range(3)]
+    important = [job("high") for _ in range(2)]
+    q.push_many(background)
+    q.push_many(important)
+    taken = reserve_all(q, ["high", "low"], 2)
+    assert sorted(j.id for j in taken) == sorted(j.id for j in important)
+
+
+def test_push_many_stores_every_job(q: BaseQueue) -> None:
+    jobs = [job(i=i) for i in range(25)]
+    assert q.push_many(jobs) == [j.id for j in jobs]
+    assert q.size("default") == 25
+    taken = reserve_all(q, ["default"], 25)
+    assert sorted(j.id for j in taken) == sorted(j.id for j in jobs)
+    assert sorted(j.payload["i"] for j in taken) == list(range(25))  # type: ignore[type-var]
+
+
+def test_size_counts_each_queue(q: BaseQueue) -> None:
+    q.push_many([job("a"), job("a"), job("b")])
+    assert q.size("a") == 2
+    assert q.size("b") == 1
+    assert q.size("c") == 0
+
+
+def test_size_counts_reserved_jobs(q: BaseQueue) -> None:
+    q.push(job())
+    assert q.reserve(["default"]) is not None
+    assert q.size("default") == 1
