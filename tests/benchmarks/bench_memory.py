@@ -1,0 +1,106 @@
+"""Memory driver benchmark: dispatch and drain rates, and idle dispatch-to-start latency.
+
+    .venv/bin/python tests/benchmarks/bench_memory.py [--jobs 100000] [--threads 8] [--probes 500]
+
+Dispatch: ``dispatch`` one at a time and ``dispatch_many`` in batches of 1,000.
+Drain: a worker with ``--threads`` threads runs the backlog of no-op jobs
+(``once`` mode, from start to empty). Latency: an idle worker (``sleep`` of
+60 s, so only the backend's wake-up can start the job early) and one probe at
+a time: the time from just before ``dispatch`` to the first line of ``handle``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from rainier_sync.drivers import MemoryQueue
+
+started_at: list[float] = []
+probe_started = threading.Event()
+
+
+@dataclass
+class Noop(Job):
+    NAME = "bench.noop"
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
+@dataclass
+class Probe(Job):
+    NAME = "bench.probe"
+
+    def handle(self, context: JobContext) -> None:
+        started_at.append(time.perf_counter())
+        probe_started.set()
+
+
+def manager() -> tuple[QueueManager, MemoryQueue]:
+    queue = MemoryQueue()
+    return QueueManager({"m": queue}, registry=JobRegistry().with_job(Noop).with_job(Probe),
+                        container=Container()), queue
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--probes", type=int, default=500)
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+
+    m, queue = manager()
+    t0 = time.perf_counter()
+    for _ in range(args.jobs):
+        m.dispatch(Noop())
+    single = args.jobs / (time.perf_counter() - t0)
+
+    m, queue = manager()
+    t0 = time.perf_counter()
+    for start in range(0, args.jobs, 1000):
+        m.dispatch_many([Noop() for _ in range(min(1000, args.jobs - start))])
+    bulk = args.jobs / (time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    stats = Worker(m, options=WorkerOptions(once=True, concurrency=args.threads)).run()
+    drain_s = time.perf_counter() - t0
+    assert stats.processed == args.jobs and queue.size() == 0, stats
+
+    m, queue = manager()
+    worker = Worker(m, options=WorkerOptions(concurrency=args.threads, sleep=60))
+    worker.start()
+    latencies = []
+    time.sleep(0.2)
+    for _ in range(args.probes):
+        probe_started.clear()
+        t0 = time.perf_counter()
+        m.dispatch(Probe())
+        assert probe_started.wait(5), "probe never started"
+        latencies.append((started_at[-1] - t0) * 1000)
+        time.sleep(0.002)
+    worker.stop()
+    worker.join(5)
+
+    print(f"jobs: {args.jobs}, threads: {args.threads}")
+    print(f"dispatch (one at a time): {single:,.0f} jobs/s")
+    print(f"dispatch_many (1,000 per call): {bulk:,.0f} jobs/s")
+    print(f"drain: {args.jobs / drain_s:,.0f} jobs/s ({drain_s:.2f} s)")
+    print(f"idle dispatch-to-start latency over {args.probes} probes: p50 {statistics.median(latencies):.3f} ms, "
+          f"p99 {percentile(latencies, 99):.3f} ms")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

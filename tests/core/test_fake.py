@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+import rainier_sync
+from rainier_sync import PayloadError, QueueManager
+from rainier_sync.testing import FakeQueueManager
+
+from . import jobs
+
+
+def test_the_fake_records_instead_of_performing() -> None:
+    fake = QueueManager.fake()
+    fake.dispatch(jobs.Record(1))
+    fake.dispatch_on("mail", jobs.Record(2))
+    fake.pending(jobs.Flaky()).delay(30).tries(9).send()
+    fake.dispatch_now(jobs.Record(3))
+    assert jobs.calls == [], "nothing runs"
+    fake.assert_pushed(jobs.Record)
+    fake.assert_pushed(jobs.Record, where=lambda job: job.value == 2)
+    fake.assert_pushed_times(jobs.Record, 3)
+    fake.assert_pushed_on(jobs.Record, "mail")
+    fake.assert_not_pushed(jobs.Unique)
+    fake.assert_not_pushed(jobs.Record, where=lambda job: job.value == 99)
+    (flaky,) = fake.pushed(jobs.Flaky)
+    assert flaky.max_attempts == 9 and flaky.available_at > flaky.dispatched_at
+
+
+def test_fake_assertions_fail_with_a_useful_message() -> None:
+    fake = QueueManager.fake()
+    fake.assert_nothing_pushed()
+    fake.dispatch(jobs.Record(1))
+    with pytest.raises(AssertionError, match="expected nothing pushed; pushed: Record x1"):
+        fake.assert_nothing_pushed()
+    with pytest.raises(AssertionError, match="expected Flaky to be pushed"):
+        fake.assert_pushed(jobs.Flaky)
+    with pytest.raises(AssertionError, match="matching the predicate"):
+        fake.assert_pushed(jobs.Record, where=lambda job: job.value == 2)
+    with pytest.raises(AssertionError, match="pushed 2 time"):
+        fake.assert_pushed_times(jobs.Record, 2)
+    with pytest.raises(AssertionError, match="on queue 'mail'"):
+        fake.assert_pushed_on(jobs.Record, "mail")
+    with pytest.raises(AssertionError, match="not to be pushed"):
+        fake.assert_not_pushed(jobs.Record)
+
+
+def test_the_fake_still_refuses_a_bad_payload() -> None:
+    with pytest.raises(PayloadError, match="field 'value'"):
+        QueueManager.fake().dispatch(jobs.Record(value=object()))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.assert_pushed(jobs.Record),
+        lambda m: m.assert_pushed_times(jobs.Record, 0),
+        lambda m: m.assert_pushed_on(jobs.Record, "default"),
+        lambda m: m.assert_not_pushed(jobs.Record),
+        lambda m: m.assert_nothing_pushed(),
+        lambda m: m.pushed(jobs.Record),
+    ],
+)
+def test_assertions_on_a_real_manager_raise_rather_than_pass(manager: QueueManager, call: object) -> None:
+    with pytest.raises(AssertionError, match=r"needs QueueManager.fake\(\)"):
+        call(manager)  # type: ignore[operator]
+
+
+def test_the_fake_queue_fixture_installs_itself(fake_queue: FakeQueueManager) -> None:
+    assert rainier_sync.instance() is fake_queue
+    rainier_sync.dispatch(jobs.Record("via instance"))
+    fake_queue.assert_pushed(jobs.Record, where=lambda job: job.value == "via instance")

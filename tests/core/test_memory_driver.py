@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from freezegun import freeze_time
+
+from rainier_sync import QueueManager
+from rainier_sync.drivers import MemoryQueue
+
+from . import jobs
+
+
+def test_drain_runs_what_is_due_and_returns_how_many_ran(manager: QueueManager, memory: MemoryQueue) -> None:
+    with freeze_time("2026-01-01") as frozen:
+        manager.dispatch(jobs.Record(1))
+        manager.dispatch_after(10, jobs.Record(2))
+        assert memory.drain() == 1
+        assert memory.size() == 1
+        frozen.tick(10)
+        assert memory.drain() == 1
+    assert jobs.calls == [("record", 1), ("record", 2)]
+
+
+def test_drain_honours_priority_across_queues(manager: QueueManager) -> None:
+    manager.pending(jobs.Record("late")).priority(10).send()
+    manager.pending(jobs.Record("urgent")).on_queue("other").priority(-10).send()
+    manager.dispatch(jobs.Record("normal"))
+    manager.connection().drain()  # type: ignore[attr-defined]
+    assert [v for _, v in jobs.calls] == ["urgent", "normal", "late"]
+
+
+def test_drain_retries_with_backoff_and_dead_letters(manager: QueueManager, memory: MemoryQueue) -> None:
+    with freeze_time("2026-01-01") as frozen:
+        manager.dispatch(jobs.Flaky())
+        assert memory.drain() == 1
+        frozen.tick(4)
+        assert memory.drain() == 0, "its 5 s backoff is not over"
+        frozen.tick(1)
+        assert memory.drain() == 1
+        frozen.tick(5)
+        assert memory.drain() == 1
+    assert memory.size() == 0
+    assert [f.name for f in memory.failed] == ["tests.flaky"]
+    assert memory.retry_failed(memory.failed[0].id)
+    assert memory.size() == 1 and memory.jobs[0].attempts == 0
+
+
+def test_jobs_size_and_counts(manager: QueueManager, memory: MemoryQueue) -> None:
+    with freeze_time("2026-01-01"):
+        manager.dispatch(jobs.Record(1))
+        manager.dispatch_on("mail", jobs.Record(2))
+        manager.dispatch_after(60, jobs.Record(3))
+        assert memory.reserve(["default"]) is not None
+        assert memory.size() == 3
+        assert memory.size("mail") == 1
+        assert len(memory.jobs) == 3
+        counts = memory.counts("default")
+        assert (counts.ready, counts.delayed, counts.reserved) == (0, 1, 1)
+        assert memory.queue_names() == ["default", "mail"]
+
+
+def test_an_acknowledge_by_a_worker_whose_reservation_was_taken_over_is_ignored(memory: MemoryQueue,
+                                                                              manager: QueueManager) -> None:
+    with freeze_time("2026-01-01") as frozen:
+        manager.dispatch(jobs.Record(1))
+        stale = memory.reserve(["default"])
+        frozen.tick(31)
+        memory.reclaim_expired()
+        current = memory.reserve(["default"])
+        assert stale is not None and current is not None and current.attempts == 2
+        memory.release(stale, 0)
+        memory.acknowledge(stale)
+        assert memory.reserve(["default"]) is None, "the stale holder must not disturb the new reservation"
+        memory.acknowledge(current)
+        assert memory.size() == 0
