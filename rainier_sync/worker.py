@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _clock, signals
 from ._execution import ABANDONED, FAILED, PROCESSED, RELEASED, Completion, Executor
+from ._supervisor import Supervisor, load_child_setup, supported
 from .errors import ConfigurationError
 from .types import ExceptionInfo, QueuedJob
 
@@ -61,6 +62,10 @@ class WorkerOptions:
       of the driver's reservation).
     - ``reclaim_interval``: seconds between sweeps for lapsed reservations.
     - ``max_jobs_per_child``: attempts a timeout child runs before it is replaced.
+    - ``child_setup``: ``"package.module:function"`` called in each new timeout
+      child before its first attempt, to reopen what must not be shared across
+      a fork; it may return a :class:`~rainier_sync.Container` for the child to
+      use instead of the inherited one.
     """
 
     queues: Sequence[str] = ("default",)
@@ -74,6 +79,7 @@ class WorkerOptions:
     heartbeat: float | None = None
     reclaim_interval: float = 60.0
     max_jobs_per_child: int | None = 1000
+    child_setup: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str):
@@ -93,6 +99,7 @@ class WorkerOptions:
         _positive("heartbeat", self.heartbeat, allow_none=True)
         _positive("reclaim_interval", self.reclaim_interval)
         _positive("max_jobs_per_child", self.max_jobs_per_child, allow_none=True)
+        load_child_setup(self.child_setup)
 
 
 @dataclass
@@ -150,7 +157,11 @@ class Worker:
         self._taken = 0
         self._busy = 0
         self._busy_lock = threading.Lock()
-        self._supervisor: Any = None
+        self._supervisor: Supervisor | None = None
+        self._supervisor_lock = threading.Lock()
+        self._supervisor_warned = False
+        self._child_setup = load_child_setup(self.options.child_setup)
+        self._children_interrupted_at: float | None = None
 
     # -- control -----------------------------------------------------------------------
     @property
@@ -234,6 +245,9 @@ class Worker:
                     if not self._running and not self._unsettled:
                         break
                     if self._grace_over():
+                        if self._interrupt_children():
+                            self._waker.wait(0.05)
+                            continue
                         self._abandon_running()
                         break
                     self._waker.wait(0.1)
@@ -313,6 +327,17 @@ class Worker:
         if jobs:
             self._backend("extend", self.driver.extend, jobs, self.driver.reservation)
 
+    def _interrupt_children(self) -> bool:
+        """Once the grace period is over, stop the children still running attempts;
+        True while those attempts are on their way back (to be released)."""
+        supervisor = self._supervisor
+        if supervisor is None or not supervisor.busy():
+            return False
+        if self._children_interrupted_at is None:
+            self._children_interrupted_at = _clock.monotonic()
+            supervisor.interrupt()
+        return _clock.monotonic() - self._children_interrupted_at < supervisor.kill_grace + 5.0
+
     def _abandon_running(self) -> None:
         left = len(self._running)
         if left:
@@ -344,6 +369,10 @@ class Worker:
 
     # -- the pool ----------------------------------------------------------------------
     def _start_pool(self) -> None:
+        self._children_interrupted_at = None
+        if self.options.timeout is not None or any(c.TIMEOUT is not None for c in self.registry.classes()):
+            # Fork the fork server now, from this thread, while no pool thread is running.
+            self._get_supervisor()
         for index in range(self.options.concurrency):
             thread = threading.Thread(target=self._pool_thread, name=f"rainier-job-{index}", daemon=True)
             thread.start()
@@ -352,8 +381,10 @@ class Worker:
     def _stop_pool(self) -> None:
         for _ in self._threads:
             self._inbox.put(None)
-        if self._supervisor is not None:
-            self._supervisor.close()
+        with self._supervisor_lock:
+            supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.close()
         if self._running:
             return  # abandoned jobs still hold their threads; they are daemons
         for thread in self._threads:
@@ -392,6 +423,18 @@ class Worker:
                 return completion
         return self.executor.run(job, stop_requested)
 
-    def _get_supervisor(self) -> Any:
+    def _get_supervisor(self) -> Supervisor | None:
         """The child-process pool for timed attempts (None where it is not available)."""
-        return self._supervisor
+        if self._supervisor is not None:
+            return self._supervisor
+        with self._supervisor_lock:
+            if self._supervisor is None:
+                if not supported():
+                    if not self._supervisor_warned:
+                        self._supervisor_warned = True
+                        log.warning("this platform cannot fork supervised children: time limits are not enforced")
+                    return None
+                supervisor = Supervisor(self, child_setup=self._child_setup)
+                supervisor.start()
+                self._supervisor = supervisor
+            return self._supervisor
