@@ -1,0 +1,413 @@
+"""Flask integration: ``RainierSync(app)``.
+
+- boots the queue from ``app.config`` (``QUEUE_DRIVER`` and the settings beside
+  it, or a ``RAINIER_QUEUES`` section), or takes an explicit ``manager=``;
+- makes :func:`rainier_sync.instance` answer the current app's manager inside
+  an app context;
+- runs every job inside a fresh ``app.app_context()`` (:class:`FlaskWorker`);
+- adds ``flask queue work|failed|retry|forget|reclaim|status|migrate``;
+- mounts the dashboard (:mod:`rainier_sync.flask.dashboard`), which refuses
+  every request until the app gives it an authorisation callback.
+
+State lives in ``app.extensions["rainier_sync"]``; the extension object keeps
+no reference to an app, so one object can serve several apps (the
+application-factory pattern).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from .. import _clock, signals
+from .._execution import Completion, Executor
+from ..config import QueueResources, boot_from_config, boot_from_env
+from ..container import Container
+from ..errors import ConfigurationError, DriverUnavailableError
+from ..manager import QueueManager, add_instance_resolver
+from ..registry import JobRegistry
+from ..worker import Worker, WorkerOptions, WorkerStats
+
+try:
+    from flask import Flask, current_app, has_app_context
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise DriverUnavailableError(
+        "rainier_sync.flask needs Flask: pip install 'rainier_sync[flask]'"
+    ) from exc
+
+if TYPE_CHECKING:
+    import threading as _threading
+
+    from ..job import Job, JobContext
+    from ..types import ExceptionInfo, QueuedJob
+
+__all__ = ["RainierSync", "FlaskWorker", "FlaskExecutor", "Throughput", "get_state", "EXTENSION_KEY"]
+
+#: The key of this extension's state in ``app.extensions``.
+EXTENSION_KEY = "rainier_sync"
+
+#: ``app.config`` keys this extension reads itself (the rest of ``app.config``
+#: is offered to ``boot_from_env`` as its environment).
+CONFIG_SECTION = "RAINIER_QUEUES"
+CONFIG_DRIVER = "QUEUE_DRIVER"
+
+Authorize = Callable[[], bool]
+
+
+# -- throughput -----------------------------------------------------------------------
+class Throughput:
+    """What the dashboard's chart shows.
+
+    - ``finished``: jobs that finished (processed, or failed for good) per
+      minute, counted from the worker signals of workers **in this process**
+      that run this app's manager (an embedded worker, ``flask queue work`` in
+      the same process, ``MemoryQueue.drain``).
+    - ``backlog``: queued jobs (every connection and queue) and failed jobs,
+      sampled by the dashboard each time it is viewed (at most every
+      ``sample_every`` seconds). With workers in other processes this is the
+      honest figure: how the backlog moved, not how many jobs ran.
+    """
+
+    def __init__(self, manager: QueueManager, minutes: int = 15, sample_every: float = 5.0) -> None:
+        self.manager = manager
+        self.minutes = minutes
+        self.sample_every = sample_every
+        self._lock = threading.Lock()
+        self._finished: dict[int, list[int]] = {}
+        self._samples: deque[tuple[float, int, int]] = deque()
+        # blinker keeps weak references to bound methods: the receivers go with this object.
+        signals.job_processed.connect(self._on_processed)
+        signals.job_failed.connect(self._on_failed)
+
+    def _ours(self, sender: Any) -> bool:
+        if getattr(sender, "manager", None) is self.manager:
+            return True
+        return any(sender is driver for driver in self.manager.connections.values())
+
+    def _count(self, index: int) -> None:
+        minute = int(_clock.now() // 60)
+        with self._lock:
+            bucket = self._finished.setdefault(minute, [0, 0])
+            bucket[index] += 1
+            for old in [m for m in self._finished if m <= minute - self.minutes]:
+                del self._finished[old]
+
+    def _on_processed(self, sender: Any, **_: Any) -> None:
+        if self._ours(sender):
+            self._count(0)
+
+    def _on_failed(self, sender: Any, **_: Any) -> None:
+        if self._ours(sender):
+            self._count(1)
+
+    def finished(self) -> list[tuple[int, int, int]]:
+        """``(minute, processed, failed)`` for each of the last ``minutes``
+        minutes, oldest first; ``minute`` is minutes since the epoch."""
+        now_minute = int(_clock.now() // 60)
+        rows: list[tuple[int, int, int]] = []
+        with self._lock:
+            for minute in range(now_minute - self.minutes + 1, now_minute + 1):
+                processed, failed = self._finished.get(minute, (0, 0))
+                rows.append((minute, processed, failed))
+        return rows
+
+    def sample(self, queued: int, failed: int) -> None:
+        """Record the backlog seen now (ignored if the last sample is too recent)."""
+        now = _clock.now()
+        with self._lock:
+            if self._samples and now - self._samples[-1][0] < self.sample_every:
+                return
+            self._samples.append((now, queued, failed))
+            while self._samples and self._samples[0][0] < now - self.minutes * 60:
+                self._samples.popleft()
+
+    def samples(self) -> list[tuple[float, int, int]]:
+        """``(time, queued, failed)`` samples of the last ``minutes`` minutes, oldest first."""
+        with self._lock:
+            return list(self._samples)
+
+
+# -- state ---------------------------------------------------------------------------------
+@dataclass
+class RainierState:
+    """What ``app.extensions["rainier_sync"]`` holds for one app."""
+
+    manager: QueueManager
+    authorize: Authorize | None
+    throughput: Throughput
+    workers: list[Worker] = field(default_factory=list)
+
+
+def get_state(app: Flask | None = None) -> RainierState:
+    """This extension's state for ``app`` (default: the current app)."""
+    target = app if app is not None else current_app
+    try:
+        state: RainierState = target.extensions[EXTENSION_KEY]
+    except KeyError:
+        raise RuntimeError(
+            f"rainier_sync is not set up on the Flask app {target.name!r}: call RainierSync(app) or init_app(app)"
+        ) from None
+    return state
+
+
+def _current_manager() -> QueueManager | None:
+    if not has_app_context():
+        return None
+    state = current_app.extensions.get(EXTENSION_KEY)
+    return state.manager if isinstance(state, RainierState) else None
+
+
+add_instance_resolver(_current_manager)
+
+
+# -- running jobs inside an app context ---------------------------------------------------
+class FlaskExecutor(Executor):
+    """An executor that runs each attempt inside a fresh ``app.app_context()``,
+    ``failed()`` included."""
+
+    def __init__(self, app: Flask, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.app = app
+
+    def run(self, queued: QueuedJob, stop_requested: _threading.Event | None = None) -> Completion:
+        with self.app.app_context():
+            return super().run(queued, stop_requested)
+
+    def conclude(
+        self,
+        queued: QueuedJob,
+        job: Job | None,
+        error: BaseException | None,
+        context: JobContext | None = None,
+        duration: float = 0.0,
+        info: ExceptionInfo | None = None,
+    ) -> Completion:
+        # Timed attempts are concluded by the supervisor, outside run(): failed() still gets an app context.
+        if has_app_context():
+            return super().conclude(queued, job, error, context, duration, info)
+        with self.app.app_context():
+            return super().conclude(queued, job, error, context, duration, info)
+
+
+class FlaskWorker(Worker):
+    """A :class:`~rainier_sync.Worker` whose jobs each run inside a fresh
+    ``app.app_context()``: ``current_app``, ``flask.g`` (new for every job) and
+    the app's extensions work in a job as in a request.
+
+    An attempt with a time limit runs in a supervised child process forked
+    from this worker's loop, which runs inside an app context of its own: such
+    a job sees ``current_app``, but ``flask.g`` lives as long as the child.
+    """
+
+    def __init__(
+        self,
+        app: Flask,
+        manager: QueueManager | None = None,
+        options: WorkerOptions | None = None,
+        *,
+        connection: str | None = None,
+    ) -> None:
+        manager = manager if manager is not None else get_state(app).manager
+        super().__init__(manager, options=options, connection=connection)
+        self.app = app
+        self.executor = FlaskExecutor(app, self.registry, self.container, locks=manager.locks, sender=self)
+
+    def run(self) -> WorkerStats:
+        """Work (see :meth:`Worker.run`); the owning loop runs in an app context,
+        which the child processes of timed attempts inherit."""
+        with self.app.app_context():
+            return super().run()
+
+
+# -- the extension ---------------------------------------------------------------------------
+_UNSET: Any = object()
+
+
+class RainierSync:
+    """The Flask extension.
+
+    ``RainierSync(app, manager=...)`` or, with an application factory,
+    ``queues = RainierSync(); queues.init_app(app)``. Arguments given here are
+    defaults for every :meth:`init_app`; :meth:`init_app` may override them.
+
+    - ``manager``: an explicit :class:`~rainier_sync.QueueManager`. Without
+      it the queue is booted from ``app.config`` (see :meth:`boot`).
+    - ``registry``, ``container``, ``resources``: handed to the boot.
+    - ``authorize``: a callable run for every dashboard request (inside the
+      request); the dashboard answers 403 unless it returns true. Without one
+      the dashboard refuses every request.
+    - ``dashboard_url``: where the dashboard is mounted (``None``: not mounted).
+    """
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        manager: QueueManager | None = None,
+        registry: JobRegistry | None = None,
+        container: Container | None = None,
+        resources: QueueResources | None = None,
+        authorize: Authorize | None = None,
+        dashboard_url: str | None = "/queues",
+    ) -> None:
+        self._defaults: dict[str, Any] = {
+            "manager": manager,
+            "registry": registry,
+            "container": container,
+            "resources": resources,
+            "authorize": authorize,
+            "dashboard_url": dashboard_url,
+        }
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(
+        self,
+        app: Flask,
+        *,
+        manager: QueueManager | None = _UNSET,
+        registry: JobRegistry | None = _UNSET,
+        container: Container | None = _UNSET,
+        resources: QueueResources | None = _UNSET,
+        authorize: Authorize | None = _UNSET,
+        dashboard_url: str | None = _UNSET,
+    ) -> None:
+        """Set the extension up on ``app``: boot (or take) the manager, add the
+        ``flask queue`` commands and mount the dashboard."""
+        given = {
+            "manager": manager,
+            "registry": registry,
+            "container": container,
+            "resources": resources,
+            "authorize": authorize,
+            "dashboard_url": dashboard_url,
+        }
+        opts: dict[str, Any] = {key: self._defaults[key] if value is _UNSET else value for key, value in given.items()}
+        if EXTENSION_KEY in app.extensions:
+            raise RuntimeError(f"rainier_sync is already set up on the Flask app {app.name!r}")
+        if opts["authorize"] is not None and not callable(opts["authorize"]):
+            raise TypeError(f"authorize must be a callable returning a bool, got {opts['authorize']!r}")
+        if opts["manager"] is not None:
+            if not isinstance(opts["manager"], QueueManager):
+                raise TypeError(f"manager must be a rainier_sync.QueueManager, got {type(opts['manager']).__name__}")
+            configured = [key for key in (CONFIG_DRIVER, CONFIG_SECTION) if app.config.get(key) is not None]
+            if configured:
+                raise ConfigurationError(
+                    f"RainierSync was given manager= and app.config also sets {' and '.join(configured)}; "
+                    "keep one of the two"
+                )
+            mgr: QueueManager = opts["manager"]
+        else:
+            mgr = self.boot(
+                app.config, registry=opts["registry"], container=opts["container"], resources=opts["resources"]
+            )
+        _bind_flask(mgr.container)
+        app.extensions[EXTENSION_KEY] = RainierState(
+            manager=mgr, authorize=opts["authorize"], throughput=Throughput(mgr)
+        )
+        from .commands import queue_group
+
+        if "queue" not in app.cli.commands:
+            app.cli.add_command(queue_group)
+        url = opts["dashboard_url"]
+        if url is not None:
+            from .dashboard import blueprint
+
+            app.register_blueprint(blueprint, url_prefix=url.rstrip("/") or None)
+
+    @staticmethod
+    def boot(
+        config: Mapping[str, Any],
+        *,
+        registry: JobRegistry | None = None,
+        container: Container | None = None,
+        resources: QueueResources | None = None,
+    ) -> QueueManager:
+        """A manager booted from a Flask config: ``QUEUE_DRIVER`` (with its
+        settings, e.g. ``DATABASE_URL``, read from the same config) or a
+        ``RAINIER_QUEUES`` section (a dict, or a JSON/TOML file path). Both set
+        is an error; neither gives a manager with no queue."""
+        section = config.get(CONFIG_SECTION)
+        driver = config.get(CONFIG_DRIVER)
+        if section is not None and driver is not None:
+            raise ConfigurationError(
+                f"app.config sets both {CONFIG_DRIVER} and {CONFIG_SECTION}; keep one of the two"
+            )
+        environ = _config_environ(config)
+        if section is not None:
+            return boot_from_config(
+                section, registry=registry, container=container, resources=resources, environ=environ
+            )
+        if driver is not None:
+            return boot_from_env(registry=registry, container=container, resources=resources, environ=environ)
+        return QueueManager(
+            registry=registry if registry is not None else (resources.registry if resources else None),
+            container=container if container is not None else (resources.container if resources else None),
+            locks=resources.locks if resources else None,
+        )
+
+    # -- the current app's queue -------------------------------------------------------
+    @property
+    def manager(self) -> QueueManager:
+        """The current app's manager (needs an app context)."""
+        return get_state().manager
+
+    def dispatch(self, job: Job) -> str | None:
+        """``manager.dispatch(job)`` on the current app's manager."""
+        return self.manager.dispatch(job)
+
+    def worker(
+        self,
+        app: Flask | None = None,
+        options: WorkerOptions | None = None,
+        *,
+        connection: str | None = None,
+        **option_values: Any,
+    ) -> FlaskWorker:
+        """A :class:`FlaskWorker` for ``app`` (default: the current app).
+        ``option_values`` build the :class:`~rainier_sync.WorkerOptions` when
+        ``options`` is not given."""
+        target: Flask = app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
+        if options is None:
+            options = WorkerOptions(**option_values)
+        elif option_values:
+            raise TypeError("pass options= or worker option keywords, not both")
+        return FlaskWorker(target, options=options, connection=connection)
+
+    def start_worker(
+        self,
+        app: Flask | None = None,
+        options: WorkerOptions | None = None,
+        *,
+        connection: str | None = None,
+        **option_values: Any,
+    ) -> FlaskWorker:
+        """Start a worker in a background thread of this process (for
+        development). Stop it with ``worker.stop(); worker.join()``."""
+        worker = self.worker(app, options, connection=connection, **option_values)
+        target: Flask = worker.app
+        get_state(target).workers.append(worker)
+        worker.start()
+        return worker
+
+
+def _config_environ(config: Mapping[str, Any]) -> dict[str, str]:
+    """The app config as the string environment ``boot_from_env`` reads."""
+    environ: dict[str, str] = {}
+    for key, value in config.items():
+        if not isinstance(key, str) or not key.isupper() or key == CONFIG_SECTION:
+            continue
+        if isinstance(value, bool):
+            environ[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            environ[key] = str(value)
+    return environ
+
+
+def _bind_flask(container: Container) -> None:
+    """Let jobs resolve the Flask app running them from the container."""
+    if not container.bound(Flask):
+        container.scoped(Flask, lambda: current_app._get_current_object())  # type: ignore[attr-defined]
+

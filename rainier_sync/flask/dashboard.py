@@ -1,0 +1,293 @@
+"""The queue dashboard: a Flask blueprint mounted by :class:`~rainier_sync.flask.RainierSync`.
+
+It shows, per connection and queue, the ready / delayed / reserved / failed
+counts, a throughput chart (server-rendered SVG, nothing fetched from
+elsewhere), the failed jobs with retry and forget buttons, and a failed job's
+detail page.
+
+Every request, static files included, is refused with 403 until the app gives
+an ``authorize`` callback that returns true for it. Every POST must carry the
+session-bound CSRF token the pages embed (form field ``csrf_token`` or header
+``X-CSRF-Token``); one without it is refused with 400. Payloads and errors are
+rendered through Jinja's autoescaping only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hmac
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
+
+from ..types import FailedJob, QueueCounts
+
+if TYPE_CHECKING:
+    from werkzeug.wrappers import Response as BaseResponse
+
+    from ..drivers.base import BaseQueue
+    from ..manager import QueueManager
+    from . import Throughput
+
+__all__ = ["blueprint", "csrf_token", "queue_names", "CSRF_SESSION_KEY"]
+
+#: Where the CSRF token lives in the Flask session.
+CSRF_SESSION_KEY = "_rainier_sync_csrf"
+#: How many failed jobs are scanned to count them per queue.
+FAILED_SCAN = 1000
+#: How many failed jobs a page lists per connection.
+FAILED_LIST = 50
+
+blueprint = Blueprint(
+    "rainier_sync",
+    __name__,
+    template_folder="templates",
+    static_folder="static",
+    static_url_path="/static",
+)
+
+_NOTICES = {
+    "retried": "Job {job} was queued again.",
+    "forgotten": "Job {job} was deleted.",
+    "missing": "There is no failed job {job} any more.",
+}
+
+
+# -- guards ---------------------------------------------------------------------------------
+@blueprint.before_request
+def _guard() -> None:
+    from . import get_state
+
+    authorize = get_state().authorize
+    if authorize is None or not authorize():
+        abort(403)
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        sent = request.form.get("csrf_token") or request.headers.get("X-CSRF-Token") or ""
+        expected = session.get(CSRF_SESSION_KEY)
+        if not isinstance(expected, str) or not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+            abort(400, description="The CSRF token is missing or does not match this session; reload the page.")
+
+
+@blueprint.after_request
+def _headers(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    )
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def csrf_token() -> str:
+    """This session's CSRF token (created on first use)."""
+    if not current_app.secret_key:
+        raise RuntimeError("the rainier_sync dashboard needs app.secret_key (SECRET_KEY) to sign its CSRF token")
+    token = session.get(CSRF_SESSION_KEY)
+    if not isinstance(token, str) or not token:
+        token = secrets.token_urlsafe(32)
+        session[CSRF_SESSION_KEY] = token
+    return token
+
+
+@blueprint.app_template_global("rainier_sync_csrf_token")
+def _csrf_global() -> str:
+    return csrf_token()
+
+
+# -- what the pages show ------------------------------------------------------------------
+def queue_names(manager: QueueManager, driver: BaseQueue) -> list[str]:
+    """The queues worth showing for a connection: those the backend reports,
+    those registered jobs go to, and ``default``."""
+    names = {"default"}
+    names.update(driver.queue_names())
+    names.update(job_class.QUEUE for job_class in manager.registry.classes())
+    return sorted(names)
+
+
+@dataclass
+class QueueRow:
+    queue: str
+    counts: QueueCounts
+    failed: int
+
+
+@dataclass
+class ConnectionView:
+    name: str
+    driver: str
+    is_default: bool
+    queues: list[QueueRow] = field(default_factory=list)
+    failed_total: int = 0
+    failed_jobs: list[FailedJob] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def queued_total(self) -> int:
+        return sum(row.counts.total for row in self.queues)
+
+
+def _connection_view(manager: QueueManager, name: str, driver: BaseQueue, limit: int) -> ConnectionView:
+    view = ConnectionView(name=name, driver=driver.driver.value, is_default=name == manager.default)
+    try:
+        scanned = driver.failed_jobs(limit=FAILED_SCAN)
+        failed_by_queue: dict[str, int] = {}
+        for job in scanned:
+            failed_by_queue[job.queue] = failed_by_queue.get(job.queue, 0) + 1
+        names = set(queue_names(manager, driver)) | set(failed_by_queue)
+        for queue in sorted(names):
+            view.queues.append(QueueRow(queue, driver.counts(queue), failed_by_queue.get(queue, 0)))
+        view.failed_total = driver.failed_count()
+        view.failed_jobs = scanned[:limit]
+    except Exception as exc:  # noqa: BLE001 - one unreachable backend must not take the page down
+        view.error = f"{type(exc).__name__}: {exc}"
+    return view
+
+
+def _when(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _payload_text(payload: Any, *, indent: int | None = None, limit: int | None = None) -> str:
+    text = json.dumps(payload, indent=indent, ensure_ascii=False, sort_keys=True, default=repr)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+@dataclass
+class Chart:
+    """The throughput chart as plain numbers for the SVG template."""
+
+    width: int
+    height: int
+    bars: list[dict[str, Any]]
+    peak: int
+    backlog_points: str
+    backlog_peak: int
+    backlog_last: int | None
+    labels: list[dict[str, Any]]
+
+
+def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> Chart:
+    """Bars: jobs finished per minute in this process (processed over failed);
+    line: the sampled backlog."""
+    minutes = throughput.finished()
+    peak = max((p + f for _, p, f in minutes), default=0)
+    scale = (height - 20) / peak if peak else 0.0
+    slot = width / max(len(minutes), 1)
+    bars: list[dict[str, Any]] = []
+    labels: list[dict[str, Any]] = []
+    for index, (minute, processed, failed) in enumerate(minutes):
+        x = round(index * slot + 2, 1)
+        w = round(max(slot - 4, 1), 1)
+        base = height - 14
+        hp = round(processed * scale, 1)
+        hf = round(failed * scale, 1)
+        stamp = datetime.datetime.fromtimestamp(minute * 60, tz=datetime.timezone.utc).strftime("%H:%M")
+        title = f"{stamp} UTC: {processed} processed, {failed} failed"
+        bars.append({"x": x, "y": round(base - hp, 1), "w": w, "h": hp, "fill": "#2e7d32", "title": title})
+        bars.append({"x": x, "y": round(base - hp - hf, 1), "w": w, "h": hf, "fill": "#c62828", "title": title})
+        if index % 5 == 0 or index == len(minutes) - 1:
+            labels.append({"x": round(x + w / 2, 1), "text": stamp})
+    samples = throughput.samples()
+    points = ""
+    backlog_peak = max((q for _, q, _ in samples), default=0)
+    if len(samples) >= 1 and minutes:
+        start = minutes[0][0] * 60
+        span = max(len(minutes) * 60, 1)
+        bscale = (height - 20) / backlog_peak if backlog_peak else 0.0
+        coords = []
+        for when, queued, _ in samples:
+            x = max(0.0, min(width, (when - start) / span * width))
+            coords.append(f"{x:.1f},{height - 14 - queued * bscale:.1f}")
+        points = " ".join(coords)
+    return Chart(
+        width=width,
+        height=height,
+        bars=bars,
+        peak=peak,
+        backlog_points=points,
+        backlog_peak=backlog_peak,
+        backlog_last=samples[-1][1] if samples else None,
+        labels=labels,
+    )
+
+
+def _find_failed(driver: BaseQueue, job_id: str) -> FailedJob | None:
+    lookup = getattr(driver, "failed_job", None)
+    if callable(lookup):
+        found: FailedJob | None = lookup(job_id)
+        return found
+    for job in driver.failed_jobs(limit=1_000_000):
+        if job.id == job_id:
+            return job
+    return None
+
+
+def _driver(name: str) -> BaseQueue:
+    from . import get_state
+
+    connections = get_state().manager.connections
+    if name not in connections:
+        abort(404, description=f"No connection named {name!r}.")
+    return connections[name]
+
+
+# -- pages -------------------------------------------------------------------------------------
+@blueprint.route("/", methods=["GET"])
+def index() -> str:
+    from . import get_state
+
+    state = get_state()
+    manager = state.manager
+    limit = request.args.get("limit", FAILED_LIST, type=int) or FAILED_LIST
+    limit = max(1, min(limit, 500))
+    views = [_connection_view(manager, name, driver, limit) for name, driver in sorted(manager.connections.items())]
+    reachable = [v for v in views if v.error is None]
+    if reachable:
+        state.throughput.sample(sum(v.queued_total for v in reachable), sum(v.failed_total for v in reachable))
+    notice = None
+    code = request.args.get("notice")
+    if code in _NOTICES:
+        notice = _NOTICES[code].format(job=request.args.get("job", ""))
+    return render_template(
+        "rainier_sync/index.html",
+        connections=views,
+        chart=build_chart(state.throughput),
+        minutes=state.throughput.minutes,
+        when=_when,
+        payload_text=_payload_text,
+        notice=notice,
+    )
+
+
+@blueprint.route("/<connection>/failed/<job_id>", methods=["GET"])
+def failed_job(connection: str, job_id: str) -> str:
+    driver = _driver(connection)
+    job = _find_failed(driver, job_id)
+    if job is None:
+        abort(404, description=f"No failed job {job_id!r} on connection {connection!r}.")
+    return render_template(
+        "rainier_sync/failed_job.html",
+        connection=connection,
+        job=job,
+        when=_when,
+        payload=_payload_text(job.payload, indent=2),
+    )
+
+
+@blueprint.route("/<connection>/failed/<job_id>/retry", methods=["POST"])
+def retry(connection: str, job_id: str) -> BaseResponse:
+    done = _driver(connection).retry_failed(job_id)
+    return redirect(url_for(".index", notice="retried" if done else "missing", job=job_id), code=303)
+
+
+@blueprint.route("/<connection>/failed/<job_id>/forget", methods=["POST"])
+def forget(connection: str, job_id: str) -> BaseResponse:
+    done = _driver(connection).forget_failed(job_id)
+    return redirect(url_for(".index", notice="forgotten" if done else "missing", job=job_id), code=303)

@@ -1,0 +1,97 @@
+"""Jobs and app builders the Flask tests share."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from flask import Flask, current_app, g
+
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager
+from rainier_sync.drivers import MemoryQueue
+from rainier_sync.flask import RainierSync
+
+SEEN: list[dict[str, Any]] = []
+SEEN_LOCK = threading.Lock()
+
+
+@dataclass
+class RecordApp(Job):
+    """Records what the job saw of Flask while it ran."""
+
+    NAME = "tests.flask.record-app"
+
+    label: str
+
+    def handle(self, context: JobContext) -> None:
+        marker = getattr(g, "marker", None)
+        g.marker = self.label
+        with SEEN_LOCK:
+            SEEN.append(
+                {
+                    "label": self.label,
+                    "app": current_app.name,
+                    "g_before": marker,
+                    "greeting": current_app.config.get("GREETING"),
+                    "resolved_app": context.resolve(Flask).name,
+                }
+            )
+
+
+@dataclass
+class Explode(Job):
+    """Always fails, with whatever message it carries."""
+
+    NAME = "tests.flask.explode"
+    QUEUE = "mail"
+
+    message: str
+
+    def handle(self, context: JobContext) -> None:
+        raise RuntimeError(self.message)
+
+
+def registry() -> JobRegistry:
+    return JobRegistry().with_job(RecordApp).with_job(Explode).with_job(TimedReport)
+
+
+def make_app(
+    *,
+    name: str = "tests_flask_app",
+    authorize: Callable[[], bool] | None = None,
+    manager: QueueManager | None = None,
+    **config: Any,
+) -> tuple[Flask, QueueManager]:
+    app = Flask(name)
+    app.config.update(SECRET_KEY="test-secret", TESTING=True, **config)
+    if manager is None:
+        manager = QueueManager(
+            connections={"primary": MemoryQueue(reservation=30)}, registry=registry(), container=Container()
+        )
+    RainierSync(app, manager=manager, authorize=authorize)
+    return app, manager
+
+
+def fail_jobs(manager: QueueManager, *messages: str) -> list[str]:
+    """Dispatch an Explode per message and run them to failure; their ids."""
+    ids = [manager.dispatch(Explode(message)) for message in messages]
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    driver.drain()
+    return [i for i in ids if i is not None]
+
+
+@dataclass
+class TimedReport(Job):
+    """Runs in a supervised child (it has a time limit) and fails with the app it saw."""
+
+    NAME = "tests.flask.timed-report"
+    TIMEOUT = 20
+
+    def handle(self, context: JobContext) -> None:
+        raise RuntimeError(f"child saw app {current_app.name}")
+
+    def failed(self, context: JobContext, error: BaseException) -> None:
+        with SEEN_LOCK:
+            SEEN.append({"label": "failed-hook", "app": current_app.name})

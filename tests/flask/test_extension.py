@@ -1,0 +1,228 @@
+"""RainierSync on a Flask app: conventions, config, app context in jobs, commands."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from flask import Flask
+
+import rainier_sync
+from rainier_sync import ConfigurationError, NoQueueConfiguredError, QueueManager, WorkerOptions
+from rainier_sync.drivers import MemoryQueue
+from rainier_sync.flask import EXTENSION_KEY, FlaskWorker, RainierSync, get_state
+
+from .apps import SEEN, SEEN_LOCK, Explode, RecordApp, TimedReport, fail_jobs, make_app, registry
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Iterator[None]:
+    previous = rainier_sync.set_instance(None)
+    with SEEN_LOCK:
+        SEEN.clear()
+    yield
+    rainier_sync.set_instance(previous)
+
+
+def test_state_lives_in_app_extensions_and_one_extension_serves_two_apps() -> None:
+    ext = RainierSync(registry=registry())
+    apps = [Flask("one"), Flask("two")]
+    for app in apps:
+        ext.init_app(app, manager=QueueManager(connections={"m": MemoryQueue()}, registry=registry()))
+    assert not any(isinstance(value, Flask) for value in vars(ext).values())
+    one, two = (get_state(app).manager for app in apps)
+    assert one is not two
+    assert apps[0].extensions[EXTENSION_KEY].manager is one
+    with apps[1].app_context():
+        assert ext.manager is two
+        assert rainier_sync.instance() is two
+    with apps[0].app_context():
+        assert rainier_sync.instance() is one
+    with pytest.raises(RuntimeError, match="already set up"):
+        ext.init_app(apps[0])
+
+
+def test_instance_outside_an_app_context_is_the_process_wide_one() -> None:
+    make_app()
+    with pytest.raises(NoQueueConfiguredError):
+        rainier_sync.instance()
+    process_wide = QueueManager(connections={"x": MemoryQueue()})
+    rainier_sync.set_instance(process_wide)
+    assert rainier_sync.instance() is process_wide
+
+
+def test_dispatch_in_a_request_goes_to_the_apps_manager() -> None:
+    app, manager = make_app()
+
+    @app.post("/send")
+    def send() -> str:
+        return rainier_sync.dispatch(RecordApp("from-request")) or ""
+
+    job_id = app.test_client().post("/send").get_data(as_text=True)
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    assert [job.id for job in driver.jobs] == [job_id]
+
+
+def test_every_job_runs_in_a_fresh_app_context_that_resolves_flask() -> None:
+    app, manager = make_app(name="context_app", GREETING="hello")
+    for label in ("first", "second", "third"):
+        manager.dispatch(RecordApp(label))
+    worker = FlaskWorker(app, options=WorkerOptions(once=True, concurrency=1))
+    result: list[object] = []
+    # Run from a thread with no app context of its own, as a worker process would.
+    thread = threading.Thread(target=lambda: result.append(worker.run()))
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert worker.stats.processed == 3
+    assert sorted(s["label"] for s in SEEN) == ["first", "second", "third"]
+    for seen in SEEN:
+        assert seen["app"] == "context_app"
+        assert seen["greeting"] == "hello"
+        assert seen["resolved_app"] == "context_app"
+        assert seen["g_before"] is None, "flask.g leaked from one job to the next"
+
+
+def test_failed_hook_and_failures_run_in_the_app_context_too() -> None:
+    app, manager = make_app()
+    fail_jobs(manager, "boom")
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    [failed] = driver.failed
+    assert failed.error == "RuntimeError: boom"
+    # The worker path: an app-context job failing is recorded, and the worker carries on.
+    manager.dispatch(Explode("again"))
+    manager.dispatch(RecordApp("after"))
+    stats = FlaskWorker(app, options=WorkerOptions(queues=["mail", "default"], once=True)).run()
+    assert (stats.failed, stats.processed) == (1, 1)
+
+
+def test_a_timed_attempt_in_a_child_process_sees_the_app_and_failed_runs_in_one() -> None:
+    app, manager = make_app(name="timed_app")
+    manager.dispatch(TimedReport())
+    stats = FlaskWorker(app, options=WorkerOptions(once=True, concurrency=1)).run()
+    assert stats.failed == 1
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    assert driver.failed[0].error == "RuntimeError: child saw app timed_app"
+    assert SEEN == [{"label": "failed-hook", "app": "timed_app"}]
+
+
+def test_explicit_manager_and_config_together_fail_at_boot() -> None:
+    app = Flask("both")
+    app.config["QUEUE_DRIVER"] = "memory"
+    with pytest.raises(ConfigurationError, match="QUEUE_DRIVER"):
+        RainierSync(app, manager=QueueManager(connections={"m": MemoryQueue()}))
+
+
+def test_queue_driver_and_a_queues_section_together_fail_at_boot() -> None:
+    app = Flask("both")
+    section = {"default": "m", "connections": {"m": {"driver": "memory"}}}
+    app.config.update(QUEUE_DRIVER="memory", RAINIER_QUEUES=section)
+    with pytest.raises(ConfigurationError, match="QUEUE_DRIVER and RAINIER_QUEUES"):
+        RainierSync(app)
+
+
+def test_no_queue_configured_gives_a_manager_that_says_so() -> None:
+    app = Flask("nothing")
+    RainierSync(app, registry=registry())
+    with app.app_context(), pytest.raises(NoQueueConfiguredError):
+        rainier_sync.dispatch(RecordApp("x"))
+
+
+def test_manager_of_the_wrong_type_is_refused() -> None:
+    with pytest.raises(TypeError, match="QueueManager"):
+        RainierSync(Flask("bad"), manager="memory")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="authorize"):
+        RainierSync(Flask("bad2"), manager=QueueManager(), authorize="yes")  # type: ignore[arg-type]
+
+
+def test_embedded_worker_thread_runs_jobs_dispatched_later() -> None:
+    app, manager = make_app(name="embedded")
+    ext = RainierSync()
+    worker = ext.start_worker(app, concurrency=2, sleep=0.2)
+    try:
+        with app.app_context():
+            rainier_sync.dispatch(RecordApp("embedded"))
+        from tests.support import wait_until
+
+        wait_until(lambda: worker.stats.processed == 1, timeout=10, message="the embedded worker to run the job")
+    finally:
+        worker.stop()
+        worker.join(10)
+    assert SEEN[0]["app"] == "embedded"
+    assert get_state(app).workers == [worker]
+
+
+# -- commands ---------------------------------------------------------------------------------
+def test_queue_work_once_runs_jobs_in_the_app_context() -> None:
+    app, manager = make_app(name="cli_app")
+    manager.dispatch(RecordApp("cli"))
+    result = app.test_cli_runner().invoke(args=["queue", "work", "--once", "--queue", "default"])
+    assert result.exit_code == 0, result.output
+    assert "processed 1" in result.output
+    assert SEEN[0]["app"] == "cli_app"
+
+
+def test_queue_status_failed_retry_forget_reclaim() -> None:
+    app, manager = make_app()
+    first, second = fail_jobs(manager, "one", "two")
+    manager.dispatch(RecordApp("waiting"))
+    runner = app.test_cli_runner()
+
+    status = runner.invoke(args=["queue", "status"])
+    assert status.exit_code == 0, status.output
+    assert "primary (memory): failed 2" in status.output
+    assert "default: ready 1, delayed 0, reserved 0" in status.output
+
+    listed = runner.invoke(args=["queue", "failed"])
+    assert listed.exit_code == 0
+    assert first in listed.output and "RuntimeError: one" in listed.output
+
+    retried = runner.invoke(args=["queue", "retry", first])
+    assert retried.exit_code == 0, retried.output
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    assert [f.id for f in driver.failed] == [second]
+    assert first in [job.id for job in driver.jobs]
+
+    missing = runner.invoke(args=["queue", "retry", "nope"])
+    assert missing.exit_code == 1
+    assert "no failed job with id 'nope'" in missing.output
+
+    forgot = runner.invoke(args=["queue", "forget", second])
+    assert forgot.exit_code == 0
+    assert driver.failed == []
+    assert runner.invoke(args=["queue", "forget", second]).exit_code == 1
+
+    reclaimed = runner.invoke(args=["queue", "reclaim"])
+    assert reclaimed.exit_code == 0
+    assert "primary: reclaimed 0" in reclaimed.output
+
+
+def test_queue_retry_all_and_unknown_connection() -> None:
+    app, manager = make_app()
+    fail_jobs(manager, "a", "b", "c")
+    runner = app.test_cli_runner()
+    result = runner.invoke(args=["queue", "retry", "all"])
+    assert result.exit_code == 0
+    assert "queued again: 3" in result.output
+    unknown = runner.invoke(args=["queue", "status", "--connection", "nowhere"])
+    assert unknown.exit_code == 1
+    assert "'nowhere' is not declared" in unknown.output
+
+
+def test_queue_work_refuses_bad_options_with_a_usage_error() -> None:
+    app, _ = make_app()
+    result = app.test_cli_runner().invoke(args=["queue", "work", "--concurrency", "0"])
+    assert result.exit_code == 2
+    assert "concurrency" in result.output
+
+
+def test_queue_migrate_with_no_database_connection_says_so() -> None:
+    app, _ = make_app()
+    result = app.test_cli_runner().invoke(args=["queue", "migrate"])
+    assert result.exit_code == 0
+    assert "nothing to migrate" in result.output
