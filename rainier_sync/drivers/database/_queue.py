@@ -1,0 +1,760 @@
+"""``DatabaseQueue`` and ``DatabaseLockStore`` over SQLite, PostgreSQL and MariaDB/MySQL."""
+
+from __future__ import annotations
+
+import logging
+import select
+import sqlite3
+import threading
+import uuid
+from typing import Any, Callable, Sequence, TypeVar
+
+from ... import _clock, signals
+from ...errors import PayloadError
+from ...locks.base import LockStore
+from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
+from ..base import BaseQueue, QueueDriver, Waker, as_job_list
+from ._connection import MYSQL, POSTGRESQL, SQLITE, Database, DatabaseUrl, SchemaMissingError, connect
+from ._schema import CHANNEL, FAILED, JOBS, LOCKS, MIGRATION_LIST, Migration, migrate
+
+log = logging.getLogger("rainier_sync")
+
+T = TypeVar("T")
+
+_CLAIM_PATHS = ("skip_locked", "optimistic")
+_COLUMNS = "seq, id, queue, name, body, attempts, priority, available_at"
+
+
+def _missing_table(exc: BaseException) -> bool:
+    text = str(exc)
+    return (
+        ("no such table" in text and "rainier_" in text)
+        or (type(exc).__name__ == "UndefinedTable" and "rainier_" in text)
+        or ("1146" in repr(exc.args[:1]) and "rainier_" in text)
+    )
+
+
+class _Sql:
+    """Placeholders and the few statements whose syntax differs by dialect."""
+
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        self.ph = "?" if dialect == SQLITE else "%s"
+
+    def __call__(self, sql: str) -> str:
+        return sql.replace("%s", "?") if self.dialect == SQLITE else sql
+
+    def marks(self, n: int) -> str:
+        return ", ".join([self.ph] * n)
+
+    def insert_job(self, ignore_duplicates: bool = True) -> str:
+        base = f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) VALUES ({self.marks(7)})"
+        if not ignore_duplicates:
+            return base
+        if self.dialect == MYSQL:
+            return base + " ON DUPLICATE KEY UPDATE id = id"
+        return base + " ON CONFLICT (id) DO NOTHING"
+
+    def upsert_failed(self) -> str:
+        cols = "id, queue, name, body, error, exception, attempts, failed_at"
+        base = f"INSERT INTO {FAILED} ({cols}) VALUES ({self.marks(8)})"
+        if self.dialect == MYSQL:
+            return base + (
+                " ON DUPLICATE KEY UPDATE queue = VALUES(queue), name = VALUES(name), body = VALUES(body),"
+                " error = VALUES(error), exception = VALUES(exception), attempts = VALUES(attempts),"
+                " failed_at = VALUES(failed_at)"
+            )
+        return base + (
+            " ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, name = excluded.name, body = excluded.body,"
+            " error = excluded.error, exception = excluded.exception, attempts = excluded.attempts,"
+            " failed_at = excluded.failed_at"
+        )
+
+
+def _begin(conn: Any, dialect: str) -> None:
+    if dialect == SQLITE:
+        conn.execute("BEGIN IMMEDIATE")
+    elif dialect == POSTGRESQL:
+        conn.execute("BEGIN")
+    else:
+        conn.begin()
+
+
+def _commit(conn: Any, dialect: str) -> None:
+    if dialect == MYSQL:
+        conn.commit()
+    else:
+        conn.execute("COMMIT")
+
+
+def _rollback(conn: Any, dialect: str) -> None:
+    try:
+        if dialect == MYSQL:
+            conn.rollback()
+        else:
+            conn.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001 - the original error is the one to raise
+        pass
+
+
+def _in_transaction(conn: Any, dialect: str, fn: Callable[[Any], T]) -> T:
+    _begin(conn, dialect)
+    try:
+        cursor = conn.cursor()
+        result = fn(cursor)
+    except BaseException:
+        _rollback(conn, dialect)
+        raise
+    _commit(conn, dialect)
+    return result
+
+
+class _Backend:
+    """What the queue and the lock store share: one connection, its dialect, its SQL."""
+
+    def __init__(self, url: str, *, reconnect_for: float, application_name: str) -> None:
+        self.target = DatabaseUrl.parse(url)
+        self.dialect = self.target.dialect
+        self.sql = _Sql(self.dialect)
+        self.db = Database(self.target, reconnect_for=reconnect_for, application_name=application_name)
+
+    def run(self, fn: Callable[[Any], T]) -> T:
+        try:
+            return self.db.run(fn)
+        except Exception as exc:
+            if _missing_table(exc):
+                raise SchemaMissingError(
+                    f"the queue tables are missing from the {self.dialect} database at {self.target.where}: "
+                    "run DatabaseQueue.migrate() (or `rainier-sync queue:migrate`) first"
+                ) from exc
+            raise
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """One statement; returns the rows it changed."""
+
+        def go(conn: Any) -> int:
+            cursor = conn.cursor()
+            cursor.execute(self.sql(sql), tuple(params))
+            return int(cursor.rowcount)
+
+        return self.run(go)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        def go(conn: Any) -> list[tuple[Any, ...]]:
+            cursor = conn.cursor()
+            cursor.execute(self.sql(sql), tuple(params))
+            return list(cursor.fetchall())
+
+        return self.run(go)
+
+    def transaction(self, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` in one transaction (SQLite: ``BEGIN IMMEDIATE``, taking the write lock up front)."""
+        return self.run(lambda conn: _in_transaction(conn, self.dialect, fn))
+
+
+class DatabaseQueue(BaseQueue):
+    """Jobs in a table of the application's own database: SQLite (the embedded
+    default), PostgreSQL (psycopg 3) or MariaDB/MySQL (PyMySQL).
+
+    Build it with :meth:`from_url`; create its tables with :meth:`migrate`.
+    Every time it stores (due times, reservations) comes from the Python clock,
+    so ``freezegun`` moves delays and backoff on every dialect.
+
+    The claim is a conditional ``UPDATE ... WHERE reserved_at IS NULL`` over
+    several candidates, so two workers never both win a job. On PostgreSQL the
+    default claim path locks its candidates with ``FOR UPDATE SKIP LOCKED``
+    (one round trip per batch, no waiting on a row another worker holds), and
+    idle workers wake on ``LISTEN/NOTIFY``; ``claim="optimistic"`` selects the
+    portable path instead.
+    """
+
+    driver = QueueDriver.DATABASE
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        reservation: float = 90,
+        claim: str | None = None,
+        poll_interval: float | None = None,
+        reconnect_for: float = 30.0,
+        application_name: str = "rainier_sync",
+    ) -> None:
+        if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
+            raise ValueError(f"reservation must be a positive number of seconds, got {reservation!r}")
+        self.reservation: float = float(reservation)
+        self._backend = _Backend(url, reconnect_for=reconnect_for, application_name=application_name)
+        self.dialect = self._backend.dialect
+        self.url = self._backend.target.redacted
+        if claim is None:
+            claim = "skip_locked" if self.dialect == POSTGRESQL else "optimistic"
+        if claim not in _CLAIM_PATHS:
+            raise ValueError(f"claim must be one of {', '.join(_CLAIM_PATHS)}, got {claim!r}")
+        if claim == "skip_locked" and self.dialect != POSTGRESQL:
+            raise ValueError(f"claim='skip_locked' needs PostgreSQL; the {self.dialect} database uses 'optimistic'")
+        self.claim = claim
+        if poll_interval is None:
+            poll_interval = 0.01 if self.dialect == SQLITE else 0.25
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
+        self.poll_interval = float(poll_interval)
+        self._sql = self._backend.sql
+        self._waiters: set[Waker] = set()
+        self._waiters_lock = threading.Lock()
+        self._listener: Any = None
+
+    @classmethod
+    def from_url(cls, url: str, reservation: float = 90, **options: Any) -> DatabaseQueue:
+        """Connect to ``url`` now (a boot error naming the host when it does not answer).
+
+        ``sqlite:///relative/path`` or ``sqlite:////absolute/path`` (options
+        ``?synchronous=NORMAL|FULL`` and ``busy_timeout`` in ms),
+        ``postgresql://user@host:port/db`` (libpq options such as
+        ``options=-c search_path=jobs`` and ``connect_timeout``), or
+        ``mysql://user:password@host:port/db``. Keyword options: ``claim``
+        (``"skip_locked"`` or ``"optimistic"``), ``poll_interval``,
+        ``reconnect_for`` (seconds to keep reconnecting a lost connection).
+        """
+        return cls(url, reservation=reservation, **options)
+
+    # -- schema --------------------------------------------------------------------------
+    @staticmethod
+    def migrations() -> list[Migration]:
+        """The versioned DDL, for each dialect (``migration.sql("postgresql")``)."""
+        return list(MIGRATION_LIST)
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade the queue's tables; returns the versions applied now.
+        Safe to run again, and from several processes at once."""
+        return migrate(self._backend.db)
+
+    def lock_store(self) -> DatabaseLockStore:
+        """A lock store for unique jobs on this queue's connection."""
+        return DatabaseLockStore(_backend=self._backend)
+
+    def describe(self) -> str:
+        return f"database ({self.dialect}: {self._backend.target.where})"
+
+    # -- producing -------------------------------------------------------------------------
+    def _row(self, job: QueuedJob) -> tuple[Any, ...]:
+        return (job.id, job.queue, job.name, job.encode(), job.attempts, job.priority, job.available_at)
+
+    def push(self, job: QueuedJob) -> str:
+        self._backend.execute(self._sql.insert_job(), self._row(job))
+        self._wake_local()
+        return job.id
+
+    def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
+        if not jobs:
+            return []
+        rows = [self._row(job) for job in jobs]
+        if self.dialect == POSTGRESQL:
+            columns = list(zip(*rows, strict=True))
+            sql = (
+                f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) "
+                "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], "
+                "%s::float8[]) ON CONFLICT (id) DO NOTHING"
+            )
+            self._backend.execute(sql, [list(c) for c in columns])
+        else:
+            insert = self._sql(self._sql.insert_job())
+            self._backend.transaction(lambda cursor: cursor.executemany(insert, rows))
+        self._wake_local()
+        return [job.id for job in jobs]
+
+    def push_within(self, connection: Any, jobs: Sequence[QueuedJob]) -> list[str]:
+        """Insert ``jobs`` on the caller's open connection, inside its transaction:
+        they commit, or roll back, with the caller's own writes."""
+        if isinstance(connection, sqlite3.Connection):
+            dialect = SQLITE
+        else:
+            module = type(connection).__module__.split(".")[0]
+            dialect = {"psycopg": POSTGRESQL, "pymysql": MYSQL}.get(module, "")
+        if dialect != self.dialect:
+            raise TypeError(
+                f"dispatch within a transaction needs an open {self.dialect} connection to the queue's database "
+                f"({self._backend.target.where}); got {type(connection).__module__}.{type(connection).__qualname__}"
+            )
+        if dialect == SQLITE:
+            self._check_same_sqlite_file(connection)
+        cursor = connection.cursor()
+        sql = self._sql(self._sql.insert_job(ignore_duplicates=False))
+        for job in jobs:
+            cursor.execute(sql, self._row(replace_connection(job, self.connection)))
+        return [job.id for job in jobs]
+
+    def _check_same_sqlite_file(self, connection: sqlite3.Connection) -> None:
+        import os
+
+        rows = connection.execute("PRAGMA database_list").fetchall()
+        files = {os.path.realpath(row[2]) for row in rows if row[1] == "main" and row[2]}
+        ours = os.path.realpath(self._backend.target.path)
+        if files and ours not in files:
+            raise TypeError(f"dispatch within a transaction: that sqlite3 connection is not on the queue's file {ours}")
+
+    def _wake_local(self) -> None:
+        if self._waiters:
+            with self._waiters_lock:
+                waiters = list(self._waiters)
+            for waker in waiters:
+                waker.set()
+
+    # -- consuming -------------------------------------------------------------------------
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        if limit <= 0:
+            return []
+        taken: list[QueuedJob] = []
+        for queue in queues:
+            want = limit - len(taken)
+            if want <= 0:
+                break
+            if self.claim == "skip_locked":
+                rows = self._claim_skip_locked(queue, want)
+            elif self.dialect == SQLITE:
+                rows = self._claim_sqlite(queue, want)
+            else:
+                rows = self._claim_optimistic(queue, want)
+            rows.sort(key=lambda row: (row[6], row[7], row[0]))
+            taken.extend(self._decode_claimed(rows))
+        return taken
+
+    def _claim_skip_locked(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
+        now = _clock.now()
+        token = uuid.uuid4().hex
+        sql = (
+            f"WITH c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
+            "ORDER BY priority, available_at, seq LIMIT %s FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s, attempts = j.attempts + 1 "
+            "FROM c WHERE j.seq = c.seq "
+            "RETURNING j.seq, j.id, j.queue, j.name, j.body, j.attempts, j.priority, j.available_at, j.token"
+        )
+        return self._backend.query(sql, (queue, now, limit, now, now + self.reservation, token))
+
+    def _claim_sqlite(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
+        # One statement: SQLite runs it under its write lock, and the conditional
+        # update still decides, so a second process can never claim the same row.
+        now = _clock.now()
+        token = uuid.uuid4().hex
+        sql = (
+            f"UPDATE {JOBS} SET reserved_at = ?, reserved_until = ?, token = ?, attempts = attempts + 1 "
+            f"WHERE seq IN (SELECT seq FROM {JOBS} WHERE queue = ? AND reserved_at IS NULL AND available_at <= ? "
+            "ORDER BY priority, available_at, seq LIMIT ?) AND reserved_at IS NULL "
+            f"RETURNING {_COLUMNS}, token"
+        )
+        return self._backend.query(sql, (now, now + self.reservation, token, queue, now, limit))
+
+    def _claim_optimistic(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
+        """The portable claim: read candidates, then claim those still free with a
+        conditional UPDATE; a candidate another worker took is simply not ours."""
+        claimed: list[tuple[Any, ...]] = []
+        for _ in range(5):
+            want = limit - len(claimed)
+            now = _clock.now()
+            candidates = [
+                row[0]
+                for row in self._backend.query(
+                    f"SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
+                    "ORDER BY priority, available_at, seq LIMIT %s",
+                    (queue, now, want),
+                )
+            ]
+            if not candidates:
+                break
+            token = uuid.uuid4().hex
+            marks = self._sql.marks(len(candidates))
+            update = (
+                f"UPDATE {JOBS} SET reserved_at = %s, reserved_until = %s, token = %s, attempts = attempts + 1 "
+                f"WHERE seq IN ({marks}) AND reserved_at IS NULL"
+            )
+            params = (now, now + self.reservation, token, *candidates)
+            if self.dialect == MYSQL:
+                won = self._backend.execute(update, params)
+                rows = (
+                    self._backend.query(f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE token = %s", (token,))
+                    if won
+                    else []
+                )
+            else:
+                rows = self._backend.query(update + f" RETURNING {_COLUMNS}, token", params)
+            claimed.extend(rows)
+            if len(claimed) >= limit or len(candidates) < want:
+                break
+        return claimed
+
+    def _decode_claimed(self, rows: Sequence[tuple[Any, ...]]) -> list[QueuedJob]:
+        jobs: list[QueuedJob] = []
+        for _seq, job_id, queue, name, body, attempts, priority, available_at, token in rows:
+            try:
+                job = QueuedJob.decode(body, connection=self.connection, receipt=token)
+            except PayloadError as exc:
+                self._discard(job_id, queue, name, body, attempts, token, exc)
+                continue
+            job.id = job_id
+            job.queue = queue
+            job.attempts = int(attempts)
+            job.priority = int(priority)
+            job.available_at = float(available_at)
+            jobs.append(job)
+        return jobs
+
+    def _discard(
+        self, job_id: str, queue: str, name: str, body: Any, attempts: int, token: str, exc: Exception
+    ) -> None:
+        """A row nobody can run (not JSON, not an envelope): into the failed store, with why."""
+        info = ExceptionInfo.from_exception(exc)
+        raw = body if isinstance(body, str) else repr(body)
+        log.error("job %s (%s) on queue %r cannot be read and was failed: %s", job_id, name, queue, info.error)
+        failed_at = _clock.now()
+
+        def move(cursor: Any) -> None:
+            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE id = %s AND token = %s"), (job_id, token))
+            cursor.execute(
+                self._sql(self._sql.upsert_failed()),
+                (job_id, queue, name, raw, info.error, encode(info.to_dict()), int(attempts), failed_at),
+            )
+
+        self._backend.transaction(move)
+        signals.emit(
+            signals.queue_message_discarded,
+            self,
+            connection=self.connection,
+            error=info.error,
+            exception=info,
+            raw=raw,
+        )
+
+    def _held(self, jobs: Sequence[QueuedJob]) -> tuple[str, list[Any]]:
+        """A WHERE clause matching exactly these reservations (job id and claim token)."""
+        ids = [job.id for job in jobs]
+        tokens = sorted({job.receipt for job in jobs if job.receipt is not None})
+        if self.dialect == POSTGRESQL:
+            if not tokens:
+                return "id = ANY(%s)", [ids]
+            return "id = ANY(%s) AND token = ANY(%s)", [ids, tokens]
+        clause = f"id IN ({self._sql.marks(len(ids))})"
+        if tokens:
+            clause += f" AND token IN ({self._sql.marks(len(tokens))})"
+        return clause, [*ids, *tokens]
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        self.acknowledge_many([job])
+
+    def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
+        if not jobs:
+            return
+        for start in range(0, len(jobs), 500):
+            where, params = self._held(jobs[start : start + 500])
+            self._backend.execute(f"DELETE FROM {JOBS} WHERE {where}", params)
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        available_at = _clock.now() + max(0.0, float(delay))
+        where, params = self._held([job])
+        self._backend.execute(
+            f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL, available_at = %s "
+            f"WHERE {where}",
+            [available_at, *params],
+        )
+        if delay <= 0:
+            self._wake_local()
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        info = as_exception_info(error)
+        failed_at = _clock.now()
+        stored = replace_connection(job, self.connection)
+        where, params = self._held([job])
+
+        def move(cursor: Any) -> None:
+            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE {where}"), tuple(params))
+            cursor.execute(
+                self._sql(self._sql.upsert_failed()),
+                (
+                    job.id,
+                    job.queue,
+                    job.name,
+                    stored.encode(),
+                    info.error,
+                    encode(info.to_dict()),
+                    job.attempts,
+                    failed_at,
+                ),
+            )
+
+        self._backend.transaction(move)
+        return FailedJob.of(stored, info, failed_at)
+
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        held = as_job_list(jobs)
+        if not held:
+            return
+        until = _clock.now() + (self.reservation if seconds is None else float(seconds))
+        for start in range(0, len(held), 500):
+            where, params = self._held(held[start : start + 500])
+            self._backend.execute(
+                f"UPDATE {JOBS} SET reserved_until = %s WHERE reserved_at IS NOT NULL AND {where}", [until, *params]
+            )
+
+    def reclaim_expired(self) -> int:
+        reclaimed = self._backend.execute(
+            f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL "
+            "WHERE reserved_at IS NOT NULL AND reserved_until <= %s",
+            (_clock.now(),),
+        )
+        if reclaimed > 0:
+            if self.dialect == POSTGRESQL:
+                self._backend.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
+            self._wake_local()
+        return reclaimed
+
+    # -- the failed store ---------------------------------------------------------------------
+    def _failed_from_row(self, row: tuple[Any, ...]) -> FailedJob:
+        job_id, queue, name, body, error, exception, attempts, failed_at = row
+        try:
+            job: QueuedJob | None = QueuedJob.decode(body, connection=self.connection)
+        except PayloadError:
+            job = None
+        try:
+            info = ExceptionInfo.from_dict(decode(exception))
+        except ValueError:
+            info = ExceptionInfo.from_message(str(error))
+        return FailedJob(
+            id=job_id,
+            name=name,
+            queue=queue,
+            connection=self.connection,
+            payload=job.payload if job is not None else {},
+            error=error,
+            exception=info,
+            failed_at=float(failed_at),
+            attempts=int(attempts),
+            max_attempts=job.max_attempts if job is not None else int(attempts),
+            job=job,
+        )
+
+    def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        rows = self._backend.query(
+            f"SELECT id, queue, name, body, error, exception, attempts, failed_at FROM {FAILED} "
+            "ORDER BY failed_at DESC, seq DESC LIMIT %s",
+            (int(limit),),
+        )
+        return [self._failed_from_row(row) for row in rows]
+
+    def failed_count(self) -> int:
+        return int(self._backend.query(f"SELECT count(*) FROM {FAILED}")[0][0])
+
+    def retry_failed(self, id: str) -> bool:
+        now = _clock.now()
+        sql = self._sql
+
+        def move(cursor: Any) -> bool:
+            cursor.execute(sql(f"SELECT queue, name, body FROM {FAILED} WHERE id = %s"), (id,))
+            row = cursor.fetchone()
+            if row is None:
+                return False
+            queue, name, body = row
+            priority = 0
+            try:
+                job = QueuedJob.decode(body)
+            except PayloadError:
+                pass  # queued as it was; the worker fails it again, saying why
+            else:
+                job.attempts = 0
+                job.available_at = now
+                body, priority = job.encode(), job.priority
+            cursor.execute(sql(f"DELETE FROM {FAILED} WHERE id = %s"), (id,))
+            cursor.execute(sql(sql.insert_job()), (id, queue, name, body, 0, priority, now))
+            return True
+
+        retried = self._backend.transaction(move)
+        if retried:
+            self._wake_local()
+        return retried
+
+    def forget_failed(self, id: str) -> bool:
+        return self._backend.execute(f"DELETE FROM {FAILED} WHERE id = %s", (id,)) > 0
+
+    # -- inspection ------------------------------------------------------------------------------
+    def size(self, queue: str | None = None) -> int:
+        if queue is None:
+            return int(self._backend.query(f"SELECT count(*) FROM {JOBS}")[0][0])
+        return int(self._backend.query(f"SELECT count(*) FROM {JOBS} WHERE queue = %s", (queue,))[0][0])
+
+    def counts(self, queue: str) -> QueueCounts:
+        row = self._backend.query(
+            "SELECT count(*), "
+            "COALESCE(SUM(CASE WHEN reserved_at IS NOT NULL THEN 1 ELSE 0 END), 0), "
+            "COALESCE(SUM(CASE WHEN reserved_at IS NULL AND available_at > %s THEN 1 ELSE 0 END), 0) "
+            f"FROM {JOBS} WHERE queue = %s",
+            (_clock.now(), queue),
+        )[0]
+        total, reserved, delayed = (int(v) for v in row)
+        return QueueCounts(ready=total - reserved - delayed, delayed=delayed, reserved=reserved)
+
+    def queue_names(self) -> list[str]:
+        rows = self._backend.query(f"SELECT DISTINCT queue FROM {JOBS} UNION SELECT DISTINCT queue FROM {FAILED}")
+        return sorted(str(row[0]) for row in rows)
+
+    # -- waiting -----------------------------------------------------------------------------
+    def _soonest(self, queues: Sequence[str]) -> float | None:
+        marks = self._sql.marks(len(queues))
+        rows = self._backend.query(
+            f"SELECT min(available_at) FROM {JOBS} WHERE queue IN ({marks}) AND reserved_at IS NULL", list(queues)
+        )
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        """Sleep until a job may be due: a PostgreSQL ``NOTIFY`` from an insert, a
+        commit by another SQLite connection, a push in this process, the soonest
+        delayed job coming due, or ``waker``."""
+        soonest = self._soonest(queues) if queues else None
+        if soonest is not None:
+            timeout = min(timeout, max(0.0, soonest - _clock.now()))
+        if timeout <= 0 or waker.is_set():
+            return
+        with self._waiters_lock:
+            self._waiters.add(waker)
+        try:
+            if self.dialect == POSTGRESQL:
+                self._wait_notified(queues, timeout, waker)
+            else:
+                self._wait_polling(timeout, waker)
+        finally:
+            with self._waiters_lock:
+                self._waiters.discard(waker)
+
+    def _listen(self) -> Any:
+        if self._listener is None or self._listener.closed:
+            conn = connect(self._backend.target, application_name=self._backend.db.application_name + "-listen")
+            conn.execute(f"LISTEN {CHANNEL}")
+            self._listener = conn
+        return self._listener
+
+    def _wait_notified(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        psycopg_errors = self._backend.db._lost
+        deadline = _clock.monotonic() + timeout
+        try:
+            listener = self._listen()
+            wanted = set(queues)
+            while True:
+                remaining = deadline - _clock.monotonic()
+                if remaining <= 0 or waker.is_set():
+                    return
+                readable, _, _ = select.select([listener.fileno(), waker.fileno()], [], [], remaining)
+                if waker.is_set():
+                    return
+                if readable:
+                    for note in listener.notifies(timeout=0):
+                        if not note.payload or note.payload in wanted:
+                            return
+        except psycopg_errors as exc:
+            log.warning("the LISTEN connection to %s was lost (%s); it reopens on the next wait", self.url, exc)
+            self._close_listener()
+        except (OSError, ValueError):  # the waker was closed under us: a stop
+            return
+
+    def _wait_polling(self, timeout: float, waker: Waker) -> None:
+        deadline = _clock.monotonic() + timeout
+        version = self._data_version()
+        while True:
+            remaining = deadline - _clock.monotonic()
+            if remaining <= 0:
+                return
+            if waker.wait(min(self.poll_interval, remaining)):
+                return
+            if self._data_version() != version:
+                return
+
+    def _data_version(self) -> Any:
+        """Changes when another connection commits (SQLite); None where it cannot tell."""
+        if self.dialect == SQLITE:
+            return self._backend.query("PRAGMA data_version")[0][0]
+        rows = self._backend.query(f"SELECT max(seq) FROM {JOBS}")
+        return rows[0][0] if rows else None
+
+    def _close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                listener.close()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+    def close(self) -> None:
+        self._close_listener()
+        self._backend.db.close()
+
+
+def replace_connection(job: QueuedJob, connection: str) -> QueuedJob:
+    from dataclasses import replace
+
+    return replace(job, connection=connection, receipt=None)
+
+
+class DatabaseLockStore(LockStore):
+    """Unique-job locks in a table: insert-if-absent with an expiry, released
+    and renewed only by their owner. Expiry follows the Python clock."""
+
+    def __init__(self, url: str | None = None, *, reconnect_for: float = 30.0, _backend: Any = None) -> None:
+        if _backend is None:
+            if url is None:
+                raise ValueError("DatabaseLockStore needs a database URL")
+            _backend = _Backend(url, reconnect_for=reconnect_for, application_name="rainier_sync-locks")
+        self._backend: _Backend = _backend
+        self._owns_connection = url is not None
+        self.dialect = self._backend.dialect
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> DatabaseLockStore:
+        """Connect to ``url`` (same forms as :meth:`DatabaseQueue.from_url`)."""
+        return cls(url, **options)
+
+    def migrate(self) -> list[int]:
+        """Create the tables (the lock table comes with the queue's migrations)."""
+        return migrate(self._backend.db)
+
+    def acquire(self, key: str, owner: str, ttl: float) -> bool:
+        now = _clock.now()
+        expires = now + float(ttl)
+        if self.dialect == MYSQL:
+            # Affected rows: 1 inserted, 2 taken over an expired lock, 0 held by someone.
+            changed = self._backend.execute(
+                f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE "
+                "owner = IF(expires_at <= %s, VALUES(owner), owner), "
+                "expires_at = IF(expires_at <= %s, VALUES(expires_at), expires_at)",
+                (key, owner, expires, now, now),
+            )
+            return changed > 0
+        changed = self._backend.execute(
+            f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (lock_key) "
+            f"DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE {LOCKS}.expires_at <= %s",
+            (key, owner, expires, now),
+        )
+        return changed > 0
+
+    def release(self, key: str, owner: str) -> bool:
+        return (
+            self._backend.execute(
+                f"DELETE FROM {LOCKS} WHERE lock_key = %s AND owner = %s AND expires_at > %s",
+                (key, owner, _clock.now()),
+            )
+            > 0
+        )
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        now = _clock.now()
+        return (
+            self._backend.execute(
+                f"UPDATE {LOCKS} SET expires_at = %s WHERE lock_key = %s AND owner = %s AND expires_at > %s",
+                (now + float(ttl), key, owner, now),
+            )
+            > 0
+        )
+
+    def owner(self, key: str) -> str | None:
+        rows = self._backend.query(
+            f"SELECT owner FROM {LOCKS} WHERE lock_key = %s AND expires_at > %s", (key, _clock.now())
+        )
+        return str(rows[0][0]) if rows else None
+
+    def close(self) -> None:
+        if self._owns_connection:
+            self._backend.db.close()
