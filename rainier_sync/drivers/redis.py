@@ -1,18 +1,70 @@
-"""The Redis driver (streams with one consumer group) and the Redis lock store."""
+"""The Redis driver (streams with one consumer group) and the Redis lock store.
+
+Keys, under the connection's ``prefix`` ``P``:
+
+- ``P<queue>:ready:<priority>``: a stream per priority band of a queue; the
+  consumer group ``rainier`` hands its entries out, each worker process a named
+  consumer. An entry holds ``j`` (the job's JSON envelope) and ``a`` (attempts
+  already made).
+- ``P<queue>:bands``: the queue's priority bands (sorted set, lowest first).
+- ``P<queue>:delayed``: jobs not yet due, scored by due time.
+- ``P<queue>:reserved``: reservations, scored by when they lapse.
+- ``Pqueues`` (set), ``Pfailed`` (hash) and ``Pfailed:index`` (sorted set).
+
+Every due time and every reservation deadline comes from
+:func:`rainier_sync._clock.now` and is handed to the Lua scripts, so freezegun
+moves them; Redis's own clock only backs the ``XAUTOCLAIM`` safety net.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-from ..errors import ConfigurationError, DriverUnavailableError
+from .. import _clock, signals
+from ..errors import ConfigurationError, DriverUnavailableError, PayloadError
 from ..locks.base import LockStore
+from ..types import (
+    ExceptionInfo,
+    FailedJob,
+    QueueCounts,
+    QueuedJob,
+    as_exception_info,
+    encode,
+)
+from ..types import (
+    decode as decode_json,
+)
+from .base import BaseQueue, QueueDriver, Waker, as_job_list
 
 try:
     import redis
+    from redis.backoff import ExponentialBackoff, NoBackoff
+    from redis.retry import Retry
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise DriverUnavailableError("the Redis driver needs redis-py: pip install 'rainier_sync[redis]'") from error
 
-__all__ = ["RedisLockStore"]
+__all__ = ["RedisLockStore", "RedisQueue"]
+
+log = logging.getLogger("rainier_sync")
+
+_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _check_url(owner: str, url: Any) -> str:
+    if not isinstance(url, str) or not url.startswith(_SCHEMES):
+        raise ConfigurationError(f"{owner} url must start with redis://, rediss:// or unix://, got {url!r}")
+    return url
+
+
+# ---------------------------------------------------------------------------
+# The lock store
+# ---------------------------------------------------------------------------
 
 _RELEASE_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -30,8 +82,8 @@ return 0
 
 
 def _ttl_ms(ttl: float, key: str) -> int:
-    if ttl <= 0:
-        raise ValueError(f"lock {key!r}: ttl must be positive seconds, got {ttl!r}")
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
+        raise ValueError(f"lock {key!r}: ttl must be a positive number of seconds, got {ttl!r}")
     return max(1, int(round(ttl * 1000)))
 
 
@@ -39,6 +91,7 @@ class RedisLockStore(LockStore):
     """Locks in Redis: ``SET key owner NX PX ttl``; released and renewed only by their owner token.
 
     Expiry is Redis's own clock (``PX``), so a lock outlives a dead holder by at most its ttl.
+    Usable with any queue driver.
     """
 
     def __init__(self, client: redis.Redis, prefix: str = "rainier:lock:") -> None:
@@ -50,8 +103,7 @@ class RedisLockStore(LockStore):
     @classmethod
     def from_url(cls, url: str, prefix: str = "rainier:lock:") -> RedisLockStore:
         """Connect to ``url`` (``redis://host:port/db``)."""
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigurationError(f"RedisLockStore url must start with redis://, rediss:// or unix://, got {url!r}")
+        _check_url("RedisLockStore", url)
         return cls(redis.Redis.from_url(url, protocol=2, decode_responses=False), prefix=prefix)
 
     def _key(self, key: str) -> str:
@@ -74,3 +126,809 @@ class RedisLockStore(LockStore):
 
     def close(self) -> None:
         self._client.close()
+
+
+# ---------------------------------------------------------------------------
+# Lua: every multi-step change to the queue is one script, so it is atomic
+# ---------------------------------------------------------------------------
+
+# Shared by the scripts that put a job (back) on a queue. A job due later than
+# ``now`` waits in the delayed set as "band|attempts|json"; a due one is added
+# to its band's stream. ``wake`` publishes once until some worker reserves
+# again, so a burst of pushes costs idle workers one wake-up, not thousands.
+_PUSH_LIB = """
+local function push(P, q, band, att, due, body, now, seen)
+  local base = P .. q .. ':'
+  if not seen['q' .. q] then
+    redis.call('SADD', P .. 'queues', q)
+    seen['q' .. q] = true
+  end
+  if tonumber(due) > now then
+    redis.call('ZADD', base .. 'delayed', due, band .. '|' .. att .. '|' .. body)
+  else
+    if not seen['b' .. q .. '|' .. band] then
+      redis.call('ZADD', base .. 'bands', band, band)
+      seen['b' .. q .. '|' .. band] = true
+    end
+    redis.call('XADD', base .. 'ready:' .. band, '*', 'j', body, 'a', att)
+  end
+end
+local function wake(P)
+  if redis.call('SET', P .. 'wake:sent', '1', 'NX') then
+    redis.call('PUBLISH', P .. 'wake', '1')
+  end
+end
+local function requeue(P, group, q, band, id)
+  local stream = P .. q .. ':ready:' .. band
+  local found = redis.call('XRANGE', stream, id, id)
+  redis.call('XACK', stream, group, id)
+  redis.call('XDEL', stream, id)
+  if not found[1] then
+    return 0
+  end
+  local fields, bumped = {}, false
+  local old = found[1][2]
+  for k = 1, #old, 2 do
+    fields[#fields + 1] = old[k]
+    if old[k] == 'a' then
+      fields[#fields + 1] = tostring((tonumber(old[k + 1]) or 0) + 1)
+      bumped = true
+    else
+      fields[#fields + 1] = old[k + 1]
+    end
+  end
+  if not bumped then
+    fields[#fields + 1] = 'a'
+    fields[#fields + 1] = '1'
+  end
+  redis.call('XADD', stream, '*', unpack(fields))
+  return 1
+end
+"""
+
+# ARGV: prefix, now, then (queue, band, attempts, due, json) per job.
+_PUSH = (
+    _PUSH_LIB
+    + """
+local P, now = ARGV[1], tonumber(ARGV[2])
+local seen = {}
+for i = 3, #ARGV, 5 do
+  push(P, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], now, seen)
+end
+wake(P)
+return 1
+"""
+)
+
+# ARGV: prefix, group, consumer, now, deadline, limit, promote_batch, queues...
+# Promotes due delayed jobs, then reads up to ``limit`` entries, queues in the
+# order given and bands lowest first, recording each reservation's deadline.
+_RESERVE = """
+local P, group, consumer = ARGV[1], ARGV[2], ARGV[3]
+local now_s, deadline = ARGV[4], ARGV[5]
+local left, promote = tonumber(ARGV[6]), tonumber(ARGV[7])
+redis.call('DEL', P .. 'wake:sent')
+local out = {}
+for i = 8, #ARGV do
+  local q = ARGV[i]
+  local base = P .. q .. ':'
+  local due = redis.call('ZRANGEBYSCORE', base .. 'delayed', '-inf', now_s, 'LIMIT', 0, promote)
+  local seen = {}
+  for _, m in ipairs(due) do
+    redis.call('ZREM', base .. 'delayed', m)
+    local band, att, body = string.match(m, '^(-?%d+)|(%d+)|(.*)$')
+    if not band then
+      -- not written by this driver: surface it as an unreadable entry rather than drop it
+      band, att, body = '0', '0', m
+    end
+    if not seen[band] then
+      redis.call('ZADD', base .. 'bands', band, band)
+      seen[band] = true
+    end
+    redis.call('XADD', base .. 'ready:' .. band, '*', 'j', body, 'a', att)
+  end
+  if left > 0 then
+    for _, band in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
+      local stream = base .. 'ready:' .. band
+      local got = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left, 'STREAMS', stream, '>')
+      if type(got) == 'table' and got.err then
+        if not string.find(got.err, 'NOGROUP') then
+          return redis.error_reply(got.err)
+        end
+        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+        got = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left, 'STREAMS', stream, '>')
+      end
+      if got then
+        local entries = got[1][2]
+        for _, e in ipairs(entries) do
+          redis.call('ZADD', base .. 'reserved', deadline, band .. '|' .. e[1])
+          out[#out + 1] = {q, band, e[1], e[2]}
+        end
+        left = left - #entries
+        if left <= 0 then
+          break
+        end
+      end
+    end
+  end
+end
+return out
+"""
+
+# ARGV: prefix, group, then per stream: queue, band, n, id1..idn
+_ACK = """
+local P, group = ARGV[1], ARGV[2]
+local i = 3
+while i <= #ARGV do
+  local q, band, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local stream = P .. q .. ':ready:' .. band
+  local ids, members = {}, {}
+  for k = 1, n do
+    ids[k] = ARGV[i + 2 + k]
+    members[k] = band .. '|' .. ids[k]
+  end
+  redis.call('XACK', stream, group, unpack(ids))
+  redis.call('XDEL', stream, unpack(ids))
+  redis.call('ZREM', P .. q .. ':reserved', unpack(members))
+  i = i + 3 + n
+end
+return 1
+"""
+
+# ARGV: prefix, group, queue, band, id, now, due, attempts, json
+_RELEASE = (
+    _PUSH_LIB
+    + """
+local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local base = P .. q .. ':'
+if redis.call('ZREM', base .. 'reserved', band .. '|' .. id) == 0 then
+  return 0
+end
+redis.call('XACK', base .. 'ready:' .. band, group, id)
+redis.call('XDEL', base .. 'ready:' .. band, id)
+push(P, q, band, ARGV[8], ARGV[7], ARGV[9], tonumber(ARGV[6]), {})
+wake(P)
+return 1
+"""
+)
+
+# ARGV: prefix, group, queue, band, id, failed_id, record, failed_at
+_FAIL = """
+local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local base = P .. q .. ':'
+redis.call('ZREM', base .. 'reserved', band .. '|' .. id)
+redis.call('XACK', base .. 'ready:' .. band, group, id)
+redis.call('XDEL', base .. 'ready:' .. band, id)
+redis.call('HSET', P .. 'failed', ARGV[6], ARGV[7])
+redis.call('ZADD', P .. 'failed:index', ARGV[8], ARGV[6])
+return 1
+"""
+
+# ARGV: prefix, group, consumer, deadline, then (queue, band, id) per job.
+# Only a reservation still on record is renewed: a lapsed, reclaimed one is not revived.
+_EXTEND = """
+local P, group, consumer, deadline = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local renewed = 0
+for i = 5, #ARGV, 3 do
+  local q, band, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local reserved = P .. q .. ':reserved'
+  if redis.call('ZSCORE', reserved, band .. '|' .. id) then
+    redis.call('ZADD', reserved, deadline, band .. '|' .. id)
+    redis.call('XCLAIM', P .. q .. ':ready:' .. band, group, consumer, 0, id, 'JUSTID')
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
+
+# ARGV: prefix, group, consumer, now, min_idle_ms, batch
+# Lapsed reservations (by the client's clock) go back on their stream with one
+# more attempt counted. Then XAUTOCLAIM sweeps for pending entries with no
+# reservation on record that Redis has seen idle for longer than a reservation.
+_RECLAIM = (
+    _PUSH_LIB
+    + """
+local P, group, consumer, now_s = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local min_idle, batch = ARGV[5], tonumber(ARGV[6])
+local n = 0
+for _, q in ipairs(redis.call('SMEMBERS', P .. 'queues')) do
+  local base = P .. q .. ':'
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', base .. 'reserved', '-inf', now_s, 'LIMIT', 0, batch)) do
+    redis.call('ZREM', base .. 'reserved', m)
+    local band, id = string.match(m, '^(-?%d+)|(.+)$')
+    if band then
+      n = n + requeue(P, group, q, band, id)
+    end
+  end
+  for _, band in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
+    local stream = base .. 'ready:' .. band
+    local cursor = '0-0'
+    for _ = 1, 10 do
+      local claimed = redis.pcall('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', batch, 'JUSTID')
+      if type(claimed) ~= 'table' or claimed.err then
+        break
+      end
+      for _, id in ipairs(claimed[2]) do
+        if not redis.call('ZSCORE', base .. 'reserved', band .. '|' .. id) then
+          n = n + requeue(P, group, q, band, id)
+        end
+      end
+      cursor = claimed[1]
+      if cursor == '0-0' then
+        break
+      end
+    end
+  end
+end
+if n > 0 then
+  wake(P)
+end
+return n
+"""
+)
+
+# ARGV: prefix, now, failed_id, queue, band, attempts, due, json
+_RETRY = (
+    _PUSH_LIB
+    + """
+local P = ARGV[1]
+if redis.call('HDEL', P .. 'failed', ARGV[3]) == 0 then
+  return 0
+end
+redis.call('ZREM', P .. 'failed:index', ARGV[3])
+push(P, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[2]), {})
+wake(P)
+return 1
+"""
+)
+
+# ARGV: prefix, failed_id
+_FORGET = """
+if redis.call('HDEL', ARGV[1] .. 'failed', ARGV[2]) == 0 then
+  return 0
+end
+redis.call('ZREM', ARGV[1] .. 'failed:index', ARGV[2])
+return 1
+"""
+
+# ARGV: prefix, now, queue -> {ready, delayed, reserved}
+_COUNTS = """
+local base = ARGV[1] .. ARGV[3] .. ':'
+local in_streams = 0
+for _, band in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
+  in_streams = in_streams + redis.call('XLEN', base .. 'ready:' .. band)
+end
+local reserved = redis.call('ZCARD', base .. 'reserved')
+local due = redis.call('ZCOUNT', base .. 'delayed', '-inf', ARGV[2])
+local delayed = redis.call('ZCARD', base .. 'delayed') - due
+return {in_streams - reserved + due, delayed, reserved}
+"""
+
+#: Jobs per EVALSHA when pushing or acknowledging in bulk (Lua's unpack limit is ~8000).
+_CHUNK = 1000
+#: Delayed jobs promoted per queue per reserve.
+_PROMOTE = 1000
+_GROUP = "rainier"
+
+
+class _Receipt(NamedTuple):
+    """Where a reserved job's stream entry is, and its envelope to put back on release."""
+
+    queue: str
+    band: bytes
+    entry: bytes
+    body: bytes
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+def _positive_ms(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"redis connection: {name} must be a positive number of milliseconds, got {value!r}")
+    return float(value) / 1000.0
+
+
+class RedisQueue(BaseQueue):
+    """Jobs in Redis streams, read through one consumer group.
+
+    Fast, and it can lose an accepted job (snapshot persistence, asynchronous
+    replication, eviction): see the Redis driver's documentation before
+    choosing it. Build it with :meth:`from_url`, or hand it a ``redis.Redis``
+    client (``protocol=2``, ``decode_responses=False``).
+    """
+
+    driver = QueueDriver.REDIS
+
+    def __init__(self, client: redis.Redis, prefix: str = "rainier:queue:", reservation: float = 90) -> None:
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigurationError(f"redis connection: prefix must be a non-empty string, got {prefix!r}")
+        if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
+            raise ConfigurationError(
+                f"redis connection: reservation must be a positive number of seconds, got {reservation!r}"
+            )
+        self._client = client
+        self.prefix = prefix
+        self.reservation: float = float(reservation)
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._scripts = {
+            name: client.register_script(source)
+            for name, source in (
+                ("push", _PUSH),
+                ("reserve", _RESERVE),
+                ("ack", _ACK),
+                ("release", _RELEASE),
+                ("fail", _FAIL),
+                ("extend", _EXTEND),
+                ("reclaim", _RECLAIM),
+                ("retry", _RETRY),
+                ("forget", _FORGET),
+                ("counts", _COUNTS),
+            )
+        }
+        # Idle wake-ups: a listener thread subscribed to P + "wake" bumps
+        # ``_wake_seq`` and sets the waiting wakers; a wait returns at once when
+        # a notification came after the last reserve began.
+        self._mutex = threading.Lock()
+        self._waiters: set[Waker] = set()
+        self._wake_seq = 0
+        self._seen_seq = 0
+        self._listener: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._streams_read: set[tuple[str, bytes]] = set()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "rainier:queue:",
+        reservation: float = 90,
+        connect_timeout_ms: float | None = None,
+        response_timeout_ms: float | None = None,
+        reconnect: bool = False,
+        reconnect_attempts: int | None = None,
+        reconnect_max_backoff_ms: float | None = None,
+    ) -> RedisQueue:
+        """Build a queue on ``url`` (``redis://host:port/db``: the database index is the queue's own).
+
+        ``connect_timeout_ms`` bounds opening a connection and ``response_timeout_ms``
+        each command; both unbounded unless given. With ``reconnect`` a command that
+        meets a dropped or timed-out connection is retried on a new one, up to
+        ``reconnect_attempts`` (default 3) times with exponential backoff capped at
+        ``reconnect_max_backoff_ms`` (default 1000); without it the command fails and
+        the caller (the worker: ``queue_operation_failed``) hears of it.
+        """
+        _check_url("redis connection", url)
+        connect_timeout = _positive_ms("connect_timeout_ms", connect_timeout_ms)
+        response_timeout = _positive_ms("response_timeout_ms", response_timeout_ms)
+        if not isinstance(reconnect, bool):
+            raise ConfigurationError(f"redis connection: reconnect must be true or false, got {reconnect!r}")
+        if not reconnect and (reconnect_attempts is not None or reconnect_max_backoff_ms is not None):
+            given = "reconnect_attempts" if reconnect_attempts is not None else "reconnect_max_backoff_ms"
+            raise ConfigurationError(f"redis connection: {given} has no effect without reconnect = true; set both")
+        if reconnect_attempts is not None and (
+            isinstance(reconnect_attempts, bool) or not isinstance(reconnect_attempts, int) or reconnect_attempts < 1
+        ):
+            raise ConfigurationError(
+                f"redis connection: reconnect_attempts must be an int >= 1, got {reconnect_attempts!r}"
+            )
+        max_backoff = _positive_ms("reconnect_max_backoff_ms", reconnect_max_backoff_ms)
+        if reconnect:
+            retry = Retry(ExponentialBackoff(cap=max_backoff or 1.0, base=0.01), reconnect_attempts or 3)
+        else:
+            retry = Retry(NoBackoff(), 0)
+        pool = redis.ConnectionPool.from_url(
+            url,
+            protocol=2,
+            decode_responses=False,
+            socket_connect_timeout=connect_timeout,
+            socket_timeout=response_timeout,
+            retry=retry,
+            client_name="rainier-queue",
+        )
+        client = redis.Redis(connection_pool=pool)
+        client.auto_close_connection_pool = True
+        return cls(client, prefix=prefix, reservation=reservation)
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client this queue talks through."""
+        return self._client
+
+    def describe(self) -> str:
+        kwargs = self._client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        return f"redis {where}/{kwargs.get('db', 0)} prefix={self.prefix!r}"
+
+    # -- producing -------------------------------------------------------------
+    def _push_args(self, job: QueuedJob, attempts: int | None = None, body: bytes | str | None = None) -> list[Any]:
+        priority = job.priority
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"job {job.id} ({job.name}): priority must be an int, got {priority!r}")
+        if not isinstance(job.queue, str) or not job.queue:
+            raise ValueError(f"job {job.id} ({job.name}): queue must be a non-empty string, got {job.queue!r}")
+        return [
+            job.queue,
+            str(priority),
+            str(job.attempts if attempts is None else attempts),
+            _num(job.available_at),
+            job.encode() if body is None else body,
+        ]
+
+    def push(self, job: QueuedJob) -> str:
+        self._scripts["push"](args=[self.prefix, _num(_clock.now()), *self._push_args(job)])
+        return job.id
+
+    def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
+        """Store ``jobs`` in one pipeline (one script call per thousand jobs)."""
+        if not jobs:
+            return []
+        now = _num(_clock.now())
+        chunks: list[list[Any]] = []
+        for start in range(0, len(jobs), _CHUNK):
+            args: list[Any] = [self.prefix, now]
+            for job in jobs[start : start + _CHUNK]:
+                args.extend(self._push_args(job))
+            chunks.append(args)
+        if len(chunks) == 1:
+            self._scripts["push"](args=chunks[0])
+        else:
+            pipe = self._client.pipeline(transaction=False)
+            for args in chunks:
+                self._scripts["push"](args=args, client=pipe)
+            pipe.execute()
+        return [job.id for job in jobs]
+
+    # -- consuming -------------------------------------------------------------
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        if isinstance(queues, str):
+            queues = [queues]
+        if limit <= 0 or not queues:
+            return []
+        now = _clock.now()
+        self._seen_seq = self._wake_seq
+        rows = self._scripts["reserve"](
+            args=[
+                self.prefix,
+                _GROUP,
+                self.consumer,
+                _num(now),
+                _num(now + self.reservation),
+                int(limit),
+                _PROMOTE,
+                *queues,
+            ]
+        )
+        jobs: list[QueuedJob] = []
+        for queue_raw, band, entry, fields in rows:
+            queue = queue_raw.decode()
+            values = dict(zip(fields[::2], fields[1::2], strict=False))
+            body = values.get(b"j")
+            try:
+                if body is None:
+                    raise PayloadError("the stream entry has no 'j' (job) field")
+                attempts = values.get(b"a", b"0")
+                if not attempts.isdigit():
+                    raise PayloadError(f"the stream entry's attempts field is not a count: {attempts!r}")
+                job = QueuedJob.decode(body, connection=self.connection, receipt=_Receipt(queue, band, entry, body))
+                job.attempts = int(attempts) + 1
+                self._streams_read.add((queue, band))
+            except PayloadError as exc:
+                self._discard(queue, band, entry, values, exc)
+                continue
+            jobs.append(job)
+        return jobs
+
+    def _discard(self, queue: str, band: bytes, entry: bytes, values: dict[bytes, bytes], exc: PayloadError) -> None:
+        """An entry nobody can run: into the failed store (keeping its raw fields), and say so."""
+        raw = encode({k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in values.items()})
+        info = ExceptionInfo.from_exception(exc)
+        entry_id = entry.decode()
+        failed_id = f"unreadable-{queue}-{entry_id}"
+        now = _clock.now()
+        record = {
+            "job": {"id": failed_id, "name": "<unreadable>", "queue": queue, "payload": {}, "priority": int(band)},
+            "raw": raw,
+            "error": info.error,
+            "exception": info.to_dict(),
+            "failed_at": now,
+        }
+        self._scripts["fail"](args=[self.prefix, _GROUP, queue, band, entry, failed_id, encode(record), _num(now)])
+        log.error("queue %r: discarded unreadable stream entry %s: %s", queue, entry_id, info.error)
+        signals.emit(
+            signals.queue_message_discarded,
+            self,
+            connection=self.connection,
+            error=info.error,
+            exception=info,
+            raw=raw,
+        )
+
+    @staticmethod
+    def _receipt(job: QueuedJob) -> _Receipt | None:
+        receipt = job.receipt
+        return receipt if isinstance(receipt, _Receipt) else None
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        self.acknowledge_many([job])
+
+    def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
+        """XACK and XDEL every job's entry, grouped per stream, in one script call per thousand."""
+        streams: dict[tuple[str, bytes], list[bytes]] = {}
+        for job in jobs:
+            receipt = self._receipt(job)
+            if receipt is not None:
+                streams.setdefault((receipt.queue, receipt.band), []).append(receipt.entry)
+        if not streams:
+            return
+        calls: list[list[Any]] = []
+        args: list[Any] = [self.prefix, _GROUP]
+        count = 0
+        for (queue, band), ids in streams.items():
+            for start in range(0, len(ids), _CHUNK):
+                part = ids[start : start + _CHUNK]
+                if count + len(part) > _CHUNK and count:
+                    calls.append(args)
+                    args, count = [self.prefix, _GROUP], 0
+                args.extend((queue, band, len(part), *part))
+                count += len(part)
+        calls.append(args)
+        if len(calls) == 1:
+            self._scripts["ack"](args=calls[0])
+        else:
+            pipe = self._client.pipeline(transaction=False)
+            for args in calls:
+                self._scripts["ack"](args=args, client=pipe)
+            pipe.execute()
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        receipt = self._receipt(job)
+        if receipt is None:
+            return
+        now = _clock.now()
+        due = now + max(0.0, float(delay))
+        self._scripts["release"](
+            args=[
+                self.prefix,
+                _GROUP,
+                receipt.queue,
+                receipt.band,
+                receipt.entry,
+                _num(now),
+                _num(due),
+                str(job.attempts),
+                receipt.body,
+            ]
+        )
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        info = as_exception_info(error)
+        now = _clock.now()
+        failed = FailedJob.of(job, info, now)
+        record = {"job": job.to_wire(), "error": info.error, "exception": info.to_dict(), "failed_at": now}
+        receipt = self._receipt(job)
+        queue, band, entry = (receipt.queue, receipt.band, receipt.entry) if receipt else (job.queue, b"0", b"0-0")
+        self._scripts["fail"](args=[self.prefix, _GROUP, queue, band, entry, job.id, encode(record), _num(now)])
+        return failed
+
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        """Push running jobs' deadlines out and re-claim their entries for this consumer
+        (``XCLAIM ... JUSTID``), so neither sweep takes them from a live worker."""
+        args: list[Any] = []
+        for job in as_job_list(jobs):
+            receipt = self._receipt(job)
+            if receipt is not None:
+                args.extend((receipt.queue, receipt.band, receipt.entry))
+        if not args:
+            return
+        deadline = _clock.now() + (self.reservation if seconds is None else float(seconds))
+        self._scripts["extend"](args=[self.prefix, _GROUP, self.consumer, _num(deadline), *args])
+
+    def reclaim_expired(self) -> int:
+        """Put every job whose reservation lapsed back on its queue; returns how many."""
+        return int(
+            self._scripts["reclaim"](
+                args=[
+                    self.prefix,
+                    _GROUP,
+                    self.consumer,
+                    _num(_clock.now()),
+                    int(self.reservation * 1000),
+                    _PROMOTE,
+                ]
+            )
+        )
+
+    # -- the failed store ---------------------------------------------------------
+    def _failed_from(self, failed_id: str, raw: bytes | None) -> FailedJob | None:
+        if raw is None:
+            return None
+        try:
+            record = decode_json(raw)
+            info = ExceptionInfo.from_dict(record.get("exception", record.get("error", "")))
+            job = QueuedJob.from_wire(record["job"], connection=self.connection)
+            failed = FailedJob.of(job, info, float(record.get("failed_at", 0.0)))
+            failed.error = str(record.get("error", info.error))
+            return failed
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            info = ExceptionInfo.from_message(f"the failed-job record is unreadable: {exc}")
+            return FailedJob(
+                id=failed_id,
+                name="<unreadable>",
+                queue="?",
+                connection=self.connection,
+                payload={},
+                error=info.error,
+                exception=info,
+                failed_at=0.0,
+            )
+
+    def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        if limit <= 0:
+            return []
+        ids: Any = self._client.zrevrange(self.prefix + "failed:index", 0, limit - 1)
+        if not ids:
+            return []
+        records: Any = self._client.hmget(self.prefix + "failed", ids)
+        out = []
+        for failed_id, raw in zip(ids, records, strict=True):
+            failed = self._failed_from(failed_id.decode(), raw)
+            if failed is not None:
+                out.append(failed)
+        return out
+
+    def failed_count(self) -> int:
+        return int(self._client.zcard(self.prefix + "failed:index"))
+
+    def retry_failed(self, id: str) -> bool:
+        raw = self._client.hget(self.prefix + "failed", id)
+        if raw is None:
+            return False
+        now = _clock.now()
+        try:
+            record = decode_json(raw)
+        except ValueError:
+            record = {}
+        raw_fields = record.get("raw") if isinstance(record, dict) else None
+        if isinstance(raw_fields, str):
+            # An unreadable entry goes back as it came, so whoever repairs the
+            # consumer (or the producer) gets another go at it.
+            fields = decode_json(raw_fields)
+            wire = record["job"]
+            args = [wire["queue"], str(wire.get("priority", 0)), "0", _num(now), fields.get("j", raw_fields)]
+        else:
+            try:
+                job = QueuedJob.from_wire(record.get("job"), connection=self.connection)
+            except PayloadError as exc:
+                raise PayloadError(f"failed job {id!r} cannot be retried: {exc}") from None
+            job.attempts = 0
+            job.available_at = now
+            args = self._push_args(job)
+        return bool(self._scripts["retry"](args=[self.prefix, _num(now), id, *args]))
+
+    def forget_failed(self, id: str) -> bool:
+        return bool(self._scripts["forget"](args=[self.prefix, id]))
+
+    # -- inspection -------------------------------------------------------------
+    def counts(self, queue: str) -> QueueCounts:
+        ready, delayed, reserved = self._scripts["counts"](args=[self.prefix, _num(_clock.now()), queue])
+        return QueueCounts(ready=max(0, int(ready)), delayed=int(delayed), reserved=int(reserved))
+
+    def size(self, queue: str | None = None) -> int:
+        queues = [queue] if queue is not None else self.queue_names()
+        return sum(self.counts(name).total for name in queues)
+
+    def queue_names(self) -> list[str]:
+        names: Any = self._client.smembers(self.prefix + "queues")
+        return sorted(name.decode() for name in names)
+
+    def check_eviction_policy(self) -> str | None:
+        """Read ``maxmemory-policy``; log a warning unless it is ``noeviction``.
+
+        Returns the policy, or None when the server will not say (``CONFIG`` disabled).
+        """
+        try:
+            reply: Any = self._client.config_get("maxmemory-policy")
+        except redis.ResponseError as exc:
+            log.warning("could not read Redis maxmemory-policy (%s); make sure it is noeviction", exc)
+            return None
+        value = reply.get(b"maxmemory-policy", reply.get("maxmemory-policy"))
+        policy = value.decode() if isinstance(value, bytes) else str(value)
+        if policy != "noeviction":
+            log.warning(
+                "Redis maxmemory-policy is %r: under memory pressure Redis may evict this queue's keys and "
+                "lose jobs silently; set maxmemory-policy noeviction",
+                policy,
+            )
+        return policy
+
+    # -- waiting -------------------------------------------------------------------
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        """Sleep until a push, release or reclaim notifies, the soonest delayed job is due,
+        ``waker`` is set, or ``timeout`` passes."""
+        self._start_listener()
+        with self._mutex:
+            self._waiters.add(waker)
+            notified = self._wake_seq != self._seen_seq
+        try:
+            if notified:
+                return
+            pipe = self._client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.zrange(self.prefix + queue + ":delayed", 0, 0, withscores=True)
+            soonest = min((rows[0][1] for rows in pipe.execute() if rows), default=None)
+            if soonest is not None:
+                timeout = min(timeout, max(0.0, float(soonest) - _clock.now()))
+            waker.wait(timeout)
+        finally:
+            with self._mutex:
+                self._waiters.discard(waker)
+
+    def _start_listener(self) -> None:
+        if self._listener is not None or self._closed.is_set():
+            return
+        with self._mutex:
+            if self._listener is not None:
+                return
+            self._listener = threading.Thread(target=self._listen, name="rainier-redis-wake", daemon=True)
+            self._listener.start()
+
+    def _notify(self) -> None:
+        with self._mutex:
+            self._wake_seq += 1
+            waiters = list(self._waiters)
+        for waker in waiters:
+            waker.set()
+
+    def _listen(self) -> None:
+        channel = self.prefix + "wake"
+        failures = 0
+        while not self._closed.is_set():
+            pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]
+            try:
+                pubsub.subscribe(channel)
+                while not self._closed.is_set():
+                    message = pubsub.get_message(timeout=0.5)
+                    if message is not None:
+                        failures = 0
+                        # the subscribe confirmation counts too: notifications sent
+                        # while unsubscribed were missed, so look again
+                        self._notify()
+            except Exception as exc:  # noqa: BLE001 - waits fall back to their timeout meanwhile
+                failures += 1
+                log.debug("redis wake-up listener: %s; resubscribing", exc)
+                self._notify()
+                self._closed.wait(min(0.05 * 2**failures, 2.0))
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001 - closing a broken connection
+                    pass
+
+    def close(self) -> None:
+        self._closed.set()
+        listener = self._listener
+        if listener is not None and listener is not threading.current_thread():
+            listener.join(timeout=2.0)
+        try:
+            self._forget_consumer()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+        self._client.close()
+
+    def _forget_consumer(self) -> None:
+        """Remove this consumer from the groups it read from, where it holds nothing."""
+        for queue, band in self._streams_read:
+            stream = f"{self.prefix}{queue}:ready:{band.decode()}"
+            try:
+                consumers: Any = self._client.xinfo_consumers(stream, _GROUP)
+                for consumer in consumers:
+                    name = consumer.get("name", consumer.get(b"name"))
+                    name = name.decode() if isinstance(name, bytes) else name
+                    if name == self.consumer and int(consumer.get("pending", 0)) == 0:
+                        self._client.xgroup_delconsumer(stream, _GROUP, self.consumer)
+            except redis.ResponseError:
+                continue
