@@ -397,8 +397,8 @@ class Supervisor:
         try:
             child = self._acquire()
         except Exception as exc:  # noqa: BLE001 - no child: the attempt fails as crashed, the job is kept
-            error = JobCrashedError(f"job {queued.name!r} ({queued.id}): could not start a child process: {exc}")
-            return executor.conclude(queued, job, error, context, _clock.monotonic() - started)
+            no_child = JobCrashedError(f"job {queued.name!r} ({queued.id}): could not start a child process: {exc}")
+            return executor.conclude(queued, job, no_child, context, _clock.monotonic() - started)
         reusable = False
         try:
             child.attempts += 1
@@ -424,7 +424,8 @@ class Supervisor:
             return Completion(queued, ABANDONED, duration=duration)
         if op == "timed_out":
             error = JobTimeoutError(
-                f"job {queued.name!r} ({queued.id}) overran its time limit of {timeout:g}s and was killed"
+                f"job {queued.name!r} ({queued.id}) overran its time limit of {timeout:g}s "
+                f"and was stopped with {outcome['how']}"
             )
             return executor.conclude(queued, job, error, context, duration)
         if outcome.get("ok"):
@@ -435,9 +436,7 @@ class Supervisor:
             permanent = UnknownJobError(info.message) if outcome.get("unknown") else PayloadError(info.message)
         return executor.conclude(queued, job, permanent, context, duration, info=info)
 
-    def _await(
-        self, child: _Child, timeout: float, stop_requested: threading.Event, started: float
-    ) -> dict[str, Any]:
+    def _await(self, child: _Child, timeout: float, stop_requested: threading.Event, started: float) -> dict[str, Any]:
         """Wait for the child's answer; kill it when its time is up or the worker gives up on it.
         Returns the child's ``done`` message, or ``{"op": "timed_out"|"abandoned"|"crashed"}``."""
         hard = started + timeout
@@ -452,11 +451,11 @@ class Supervisor:
                 except OSError:
                     pass
             if self._interrupt.is_set():
-                late = self._stop_child(child)
-                return late or {"op": "abandoned"}
+                stopped = self._stop_child(child)
+                return stopped if stopped["op"] == "done" else {"op": "abandoned"}
             if now >= hard:
-                late = self._stop_child(child)
-                return late or {"op": "timed_out"}
+                stopped = self._stop_child(child)
+                return stopped if stopped["op"] == "done" else {"op": "timed_out", "how": stopped["how"]}
             wake = hard if told else min(soft, hard)
             try:
                 message = child.next_message(min(_SLICE, max(0.0, wake - now)))
@@ -465,9 +464,9 @@ class Supervisor:
             if message is not None and message.get("op") == "done":
                 return message
 
-    def _stop_child(self, child: _Child) -> dict[str, Any] | None:
+    def _stop_child(self, child: _Child) -> dict[str, Any]:
         """SIGTERM, a short grace, then SIGKILL. Returns the child's answer when
-        it finished just before it was stopped."""
+        it finished just before it was stopped, else how it was stopped."""
         try:
             late = child.next_message(0.0)
         except EOFError:
@@ -475,11 +474,13 @@ class Supervisor:
         if late is not None and late.get("op") == "done":
             return late
         child.kill(signal.SIGTERM)
+        how = "SIGTERM"
         if not child.wait_gone(self.kill_grace):
             child.kill(signal.SIGKILL)
+            how = f"SIGKILL, as it outlived SIGTERM by {self.kill_grace:g}s"
             child.wait_gone(SERVER_TIMEOUT)
         child.alive = False
-        return None
+        return {"op": "stopped", "how": how}
 
 
 # -- the fork server and the children (run after fork; never return) ------------------------

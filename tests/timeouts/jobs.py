@@ -1,0 +1,237 @@
+"""Jobs for the timeout tests. They run in child processes, so they report to
+the test through files (a path in the payload), never through memory."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from rainier_sync import Container, Job, JobContext
+
+
+def note(path: str, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text + "\n")
+
+
+def notes(path: str | Path) -> list[str]:
+    p = Path(path)
+    return p.read_text(encoding="utf-8").splitlines() if p.exists() else []
+
+
+@dataclass
+class Noop(Job):
+    """Records which process ran it."""
+
+    NAME = "timeouts.noop"
+    TIMEOUT = 10
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        if self.log:
+            note(self.log, str(os.getpid()))
+
+
+@dataclass
+class Untimed(Job):
+    NAME = "timeouts.untimed"
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, str(os.getpid()))
+
+
+@dataclass
+class Sleeper(Job):
+    NAME = "timeouts.sleeper"
+    TIMEOUT = 0.5
+    TRIES = 2
+
+    log: str = ""
+
+    failed_calls: ClassVar[list[tuple[int, str]]] = []
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, f"start {os.getpid()}")
+        time.sleep(30)
+        note(self.log, "woke")  # never: the child is killed first
+
+    def backoff(self, attempt: int) -> float:
+        return 0
+
+    def failed(self, context: JobContext, error: BaseException) -> None:
+        # runs in the worker's own process, after the last attempt
+        Sleeper.failed_calls.append((os.getpid(), type(error).__name__))
+
+
+@dataclass
+class Spinner(Job):
+    NAME = "timeouts.spinner"
+    TIMEOUT = 0.5
+
+    def handle(self, context: JobContext) -> None:
+        while True:
+            pass
+
+
+@dataclass
+class BlockedRead(Job):
+    """Blocks in C: a socket read with no timeout that nothing will ever answer."""
+
+    NAME = "timeouts.blocked-read"
+    TIMEOUT = 0.5
+
+    def handle(self, context: JobContext) -> None:
+        a, b = socket.socketpair()
+        a.recv(1)
+
+
+@dataclass
+class Stubborn(Job):
+    """Ignores SIGTERM, so only SIGKILL ends it."""
+
+    NAME = "timeouts.stubborn"
+    TIMEOUT = 0.3
+
+    def handle(self, context: JobContext) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(0.05)
+
+
+@dataclass
+class Exits(Job):
+    NAME = "timeouts.exits"
+    TIMEOUT = 10
+
+    def handle(self, context: JobContext) -> None:
+        os._exit(3)
+
+
+@dataclass
+class Segfaults(Job):
+    NAME = "timeouts.segfaults"
+    TIMEOUT = 10
+
+    def handle(self, context: JobContext) -> None:
+        import faulthandler
+
+        faulthandler.disable()  # keep the test output clean; the crash is the point
+        ctypes.string_at(0)
+
+
+@dataclass
+class WaitsToBeKilled(Job):
+    """Writes its pid, then waits for the test to kill it by hand."""
+
+    NAME = "timeouts.waits-to-be-killed"
+    TIMEOUT = 20
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, str(os.getpid()))
+        time.sleep(20)
+
+
+class LedgerError(Exception):
+    pass
+
+
+@dataclass
+class Raises(Job):
+    NAME = "timeouts.raises"
+    TIMEOUT = 10
+
+    def handle(self, context: JobContext) -> None:
+        try:
+            try:
+                raise ConnectionResetError("peer went away")
+            except ConnectionResetError as exc:
+                raise KeyError("account 42") from exc
+        except KeyError as exc:
+            raise LedgerError("could not post entry 7") from exc
+
+
+@dataclass
+class Cooperative(Job):
+    """Waits for ``stop_requested`` and records when it came."""
+
+    NAME = "timeouts.cooperative"
+    TIMEOUT = 1.0
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        started = time.monotonic()
+        seen = context.stop_requested.wait(10)
+        note(self.log, f"{seen} {time.monotonic() - started:.3f} {os.getpid()}")
+
+
+@dataclass
+class Slow(Job):
+    """Runs past any grace the test gives, ignoring stop_requested."""
+
+    NAME = "timeouts.slow"
+    TIMEOUT = 30
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, "started")
+        time.sleep(30)
+
+
+@dataclass
+class Hog(Job):
+    NAME = "timeouts.hog"
+    TIMEOUT = 10
+    MEMORY_LIMIT = 512 * 1024 * 1024
+
+    megabytes: int = 0
+
+    def handle(self, context: JobContext) -> None:
+        block = bytearray(self.megabytes * 1024 * 1024)
+        block[-1] = 1
+
+
+@dataclass
+class FromContainer(Job):
+    NAME = "timeouts.from-container"
+    TIMEOUT = 10
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, str(context.resolve("where")))
+
+
+def child_setup() -> Container:
+    """A ``child_setup`` hook: the child gets a container of its own."""
+    return Container().instance("where", f"child-setup in {os.getpid()}")
+
+
+ALL: tuple[type[Job], ...] = (
+    Noop,
+    Untimed,
+    Sleeper,
+    Spinner,
+    BlockedRead,
+    Stubborn,
+    Exits,
+    Segfaults,
+    WaitsToBeKilled,
+    Raises,
+    Cooperative,
+    Slow,
+    Hog,
+    FromContainer,
+)

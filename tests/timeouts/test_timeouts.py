@@ -1,0 +1,301 @@
+"""Attempts with a time limit run in supervised child processes (memory driver)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from rainier_sync import Container, Job, JobRegistry, QueueManager, signals
+from rainier_sync.drivers import MemoryQueue
+from rainier_sync.errors import ConfigurationError
+from rainier_sync.types import ExceptionInfo
+from rainier_sync.worker import Worker, WorkerOptions, WorkerStats
+from tests.support import wait_until
+
+from . import jobs
+
+pytestmark = pytest.mark.timeout(60)
+
+NAMES = ("job_processing", "job_processed", "job_released", "job_failed", "job_attempt_failed")
+
+
+@pytest.fixture
+def memory() -> MemoryQueue:
+    return MemoryQueue(reservation=60)
+
+
+@pytest.fixture
+def manager(memory: MemoryQueue) -> QueueManager:
+    registry = JobRegistry()
+    for cls in jobs.ALL:
+        registry.register(cls)
+    return QueueManager({"main": memory}, "main", registry, Container())
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    jobs.Sleeper.failed_calls.clear()
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> str:
+    return str(tmp_path / "log.txt")
+
+
+@pytest.fixture
+def events() -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    receivers = []
+    for name in NAMES:
+
+        def receiver(sender: Any, _name: str = name, **kwargs: Any) -> None:
+            seen.append((_name, kwargs))
+
+        receivers.append(receiver)
+        getattr(signals, name).connect(receiver)
+    yield seen
+    for name, receiver in zip(NAMES, receivers, strict=True):
+        getattr(signals, name).disconnect(receiver)
+
+
+def run_once(manager: QueueManager, **options: Any) -> WorkerStats:
+    options.setdefault("concurrency", 2)
+    return Worker(manager, options=WorkerOptions(once=True, **options)).run()
+
+
+def survives(manager: QueueManager, memory: MemoryQueue, bad: Job, log: str) -> ExceptionInfo:
+    """Run ``bad`` then a healthy job; the worker fails the first and processes the second."""
+    manager.dispatch(bad)
+    manager.dispatch(jobs.Noop(log=log))
+    stats = run_once(manager, concurrency=1)
+    assert (stats.processed, stats.failed) == (1, 1)
+    assert [int(pid) for pid in jobs.notes(log)] != [os.getpid()]
+    assert memory.size() == 0
+    [failed] = memory.failed
+    assert failed.exception is not None
+    return failed.exception
+
+
+def test_a_job_that_sleeps_past_its_limit_is_killed_then_failed_after_its_last_attempt(
+    manager: QueueManager, memory: MemoryQueue, log: str, events: list[tuple[str, dict[str, Any]]]
+) -> None:
+    manager.dispatch(jobs.Sleeper(log=log))
+    stats = run_once(manager)
+    assert (stats.processed, stats.released, stats.failed) == (0, 1, 1)
+    starts = [line for line in jobs.notes(log) if line.startswith("start")]
+    assert len(starts) == 2 and "woke" not in jobs.notes(log)
+    [failed] = memory.failed
+    assert failed.exception is not None and failed.exception.timed_out and not failed.exception.crashed
+    assert failed.exception.kind == "rainier_sync.errors.JobTimeoutError"
+    assert "time limit of 0.5s and was stopped with SIGTERM" in failed.error
+    # failed() ran once, in the worker's process, with the timeout error
+    assert jobs.Sleeper.failed_calls == [(os.getpid(), "JobTimeoutError")]
+    names = [name for name, _ in events]
+    assert names.count("job_processing") == 2
+    assert names.count("job_released") == 1 and names.count("job_failed") == 1
+    released = next(kw for name, kw in events if name == "job_released")
+    assert released["exception"].timed_out
+
+
+@pytest.mark.parametrize("job", [jobs.Spinner(), jobs.BlockedRead()], ids=["cpu-spin", "blocked-in-c"])
+def test_a_job_that_never_yields_is_killed(manager: QueueManager, memory: MemoryQueue, log: str, job: Job) -> None:
+    info = survives(manager, memory, job, log)
+    assert info.timed_out and not info.crashed
+
+
+def test_a_job_that_ignores_sigterm_is_killed_with_sigkill(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    info = survives(manager, memory, jobs.Stubborn(), log)
+    assert info.timed_out
+    assert "stopped with SIGKILL, as it outlived SIGTERM by 1s" in info.message
+
+
+def test_a_child_that_exits_on_its_own_fails_the_attempt_as_crashed(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    info = survives(manager, memory, jobs.Exits(), log)
+    assert info.crashed and not info.timed_out
+    assert info.kind == "rainier_sync.errors.JobCrashedError"
+    assert "exited with code 3" in info.message
+
+
+def test_a_segfault_fails_the_attempt_as_crashed(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
+    info = survives(manager, memory, jobs.Segfaults(), log)
+    assert info.crashed
+    assert "SIGSEGV" in info.message
+
+
+def test_a_child_killed_by_hand_fails_the_attempt_as_crashed(
+    manager: QueueManager, memory: MemoryQueue, tmp_path: Path, log: str
+) -> None:
+    victim_log = str(tmp_path / "victim.txt")
+    manager.dispatch(jobs.WaitsToBeKilled(log=victim_log))
+    worker = Worker(manager, options=WorkerOptions(concurrency=1))
+    worker.start()
+    try:
+        wait_until(lambda: bool(jobs.notes(victim_log)), timeout=10, message="the job to start in its child")
+        os.kill(int(jobs.notes(victim_log)[0]), signal.SIGKILL)  # what the OOM killer does
+        wait_until(lambda: len(memory.failed) == 1, timeout=10, message="the attempt to fail")
+        manager.dispatch(jobs.Noop(log=log))
+        wait_until(lambda: worker.stats.processed == 1, timeout=10, message="the next job")
+    finally:
+        worker.stop()
+        worker.join(10)
+    info = memory.failed[0].exception
+    assert info is not None and info.crashed and "SIGKILL" in info.message
+
+
+def test_an_exception_in_the_child_comes_back_whole(
+    manager: QueueManager, memory: MemoryQueue, log: str, events: list[tuple[str, dict[str, Any]]]
+) -> None:
+    info = survives(manager, memory, jobs.Raises(), log)
+    assert info.kind == "tests.timeouts.jobs.LedgerError"
+    assert info.message == "could not post entry 7"
+    assert info.causes == (("KeyError", "'account 42'"), ("ConnectionResetError", "peer went away"))
+    assert "raise LedgerError" in info.traceback and "jobs.py" in info.traceback
+    assert "ConnectionResetError: peer went away" in info.traceback
+    assert not info.timed_out and not info.crashed
+    assert memory.failed[0].error == "tests.timeouts.jobs.LedgerError: could not post entry 7"
+    [failed_event] = [kw for name, kw in events if name == "job_failed"]
+    assert failed_event["exception"] == info
+    assert failed_event["error"] == memory.failed[0].error
+
+
+def test_a_flood_of_short_timed_jobs_reuses_its_children(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
+    manager.dispatch_many([jobs.Noop(log=log) for _ in range(200)])
+    worker = Worker(manager, options=WorkerOptions(concurrency=4, once=True, max_jobs_per_child=50))
+    supervisors: list[Any] = []
+    original = worker._get_supervisor
+
+    def spy() -> Any:
+        supervisor = original()
+        if supervisor is not None and supervisor not in supervisors:
+            supervisors.append(supervisor)
+        return supervisor
+
+    worker._get_supervisor = spy  # type: ignore[method-assign]
+    stats = worker.run()
+    assert stats.processed == 200 and stats.failed == 0 and memory.size() == 0
+    pids = {int(pid) for pid in jobs.notes(log)}
+    [supervisor] = supervisors
+    assert os.getpid() not in pids
+    # at most one child per thread, each replaced after 50 attempts: 4 + 200 / 50
+    assert len(pids) <= supervisor.started <= 8
+
+
+def test_jobs_without_a_time_limit_run_in_the_worker_process(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.Untimed(log=log))
+    manager.dispatch(jobs.Noop(log=log))
+    stats = run_once(manager, concurrency=1)
+    assert stats.processed == 2
+    assert [int(pid) == os.getpid() for pid in jobs.notes(log)] == [True, False]
+
+
+def test_the_worker_timeout_applies_to_jobs_without_their_own(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.Untimed(log=log))
+    stats = run_once(manager, concurrency=1, timeout=5)
+    assert stats.processed == 1
+    assert int(jobs.notes(log)[0]) != os.getpid()
+
+
+def test_stop_requested_is_set_in_the_child_before_its_time_is_up(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.Cooperative(log=log))
+    stats = run_once(manager, concurrency=1)
+    assert stats.processed == 1  # it noticed, and finished before the limit
+    seen, elapsed, pid = jobs.notes(log)[0].split()
+    assert seen == "True" and int(pid) != os.getpid()
+    assert 0.5 < float(elapsed) < 1.0
+
+
+def test_stop_lets_a_cooperative_child_attempt_finish(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
+    manager.dispatch(jobs.Cooperative(log=log))
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, grace=5))
+    worker.start()
+    wait_until(lambda: len(memory._reserved) == 1, timeout=10, message="the job to be reserved")
+    worker.stop()
+    stats = worker.join(10)
+    assert stats.processed == 1 and memory.size() == 0
+    seen, elapsed, _ = jobs.notes(log)[0].split()
+    assert seen == "True" and float(elapsed) < 0.85  # told by stop(), not by its deadline
+
+
+def test_stop_releases_a_child_attempt_still_running_after_the_grace(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.Slow(log=log))
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, grace=0.2))
+    worker.start()
+    wait_until(lambda: bool(jobs.notes(log)), timeout=10, message="the job to start in its child")
+    worker.stop()
+    stats = worker.join(10)
+    assert not worker._thread or not worker._thread.is_alive()
+    assert (stats.processed, stats.released, stats.failed) == (0, 0, 0)
+    assert memory.failed == []
+    # released at once, not left to its reservation: another worker may take it now
+    assert memory.size() == 1 and not memory._reserved
+    [again] = memory.reserve_many(["default"], 1)
+    assert again.name == jobs.Slow.NAME and again.attempts == 2
+
+
+def test_memory_limit_caps_the_child(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
+    info = survives(manager, memory, jobs.Hog(megabytes=2048), log)
+    assert info.kind == "MemoryError"
+    manager.dispatch(jobs.Hog(megabytes=16))
+    assert run_once(manager, concurrency=1).processed == 1
+
+
+def test_child_setup_gives_children_their_own_container(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
+    manager.dispatch(jobs.FromContainer(log=log))
+    stats = run_once(manager, concurrency=1, child_setup="tests.timeouts.jobs:child_setup")
+    assert stats.processed == 1
+    where = jobs.notes(log)[0]
+    assert where.startswith("child-setup in ") and int(where.rsplit(" ", 1)[1]) != os.getpid()
+
+
+@pytest.mark.parametrize(
+    "value, fault",
+    [
+        ("tests.timeouts.jobs", "package.module:function"),
+        ("tests.nowhere:f", "cannot import"),
+        ("tests.timeouts.jobs:nope", "has no"),
+    ],
+)
+def test_a_bad_child_setup_fails_at_boot(value: str, fault: str) -> None:
+    with pytest.raises(ConfigurationError, match=fault):
+        WorkerOptions(child_setup=value)
+
+
+def test_children_and_the_fork_server_are_gone_after_the_worker_stops(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch_many([jobs.Noop(log=log) for _ in range(4)])
+    worker = Worker(manager, options=WorkerOptions(concurrency=2))
+    worker.start()
+    wait_until(lambda: worker.stats.processed == 4, timeout=10, message="four jobs")
+    supervisor = worker._supervisor
+    assert supervisor is not None
+    children = supervisor.pids()
+    server = supervisor._server_pid
+    assert children and server
+    worker.stop()
+    worker.join(10)
+
+    def gone(pid: int) -> bool:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped by init
+
+    wait_until(lambda: all(gone(pid) for pid in [*children, server]), timeout=10, message="the children to exit")
