@@ -6,7 +6,7 @@ reserve-then-acknowledge protocol; a worker runs them on a thread pool.
 
 from __future__ import annotations
 
-from .config import QueueResources
+from .config import Connections, QueueResources
 from .container import Container
 from .drivers.base import QueueDriver
 from .errors import (
@@ -31,6 +31,7 @@ __all__ = [
     "__version__",
     "BindingError",
     "ConfigurationError",
+    "Connections",
     "Container",
     "ExceptionInfo",
     "FailedJob",

@@ -1,0 +1,463 @@
+"""Declarations: the ``queues`` section read from a dict, a JSON or TOML file,
+the environment, or built in Python with :class:`Connections`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from ..errors import ConfigurationError
+from .schema import (
+    _CLASS,
+    DRIVERS,
+    ENV_REFUSED,
+    ENVIRONMENT,
+    PERIOD_KEY,
+    REQUIRED,
+    SETTINGS,
+    _Bad,
+    _suggest,
+    refusal,
+)
+
+if TYPE_CHECKING:
+    from ..container import Container
+    from ..manager import QueueManager
+    from ..registry import JobRegistry
+    from .boot import QueueResources
+
+__all__ = ["Connections", "ConnectionConfig"]
+
+
+# -- where a declaration came from, for error messages ------------------------------------
+
+
+class _Source:
+    """Names the origin of a declaration in error messages: a file and line, a
+    dict, or the environment."""
+
+    def __init__(self, name: str | None = None, text: str | None = None, prefix: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.lines = text.splitlines() if text is not None else None
+        self.prefix = prefix
+
+    def within(self, *prefix: str) -> _Source:
+        inner = _Source(self.name, prefix=self.prefix + prefix)
+        inner.lines = self.lines
+        return inner
+
+    def at(self, *path: str) -> str:
+        if self.name is None:
+            return ""
+        line = self._line(self.prefix + path)
+        return f"{self.name}, line {line}: " if line else f"{self.name}: "
+
+    def _line(self, path: tuple[str, ...]) -> int | None:
+        # Best effort: find each key of the path in turn, each at or after the one before.
+        if not self.lines:
+            return None
+        found: int | None = None
+        start = 0
+        for token in path:
+            pattern = re.compile(rf"(?<![\w-]){re.escape(token)}(?![\w-])")
+            for index in range(start, len(self.lines)):
+                if pattern.search(self.lines[index]):
+                    found = start = index
+                    break
+        return None if found is None else found + 1
+
+
+_DICT = _Source()
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    """One checked connection: its name, driver and settings. ``labels`` names
+    where a setting came from when that was an environment variable."""
+
+    name: str
+    driver: str
+    settings: Mapping[str, Any]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    source: _Source = field(default=_DICT, repr=False, compare=False)
+
+    def label(self, key: str) -> str:
+        return self.labels.get(key, key)
+
+    def where(self, key: str | None = None) -> str:
+        path = ("connections", self.name) + ((key,) if key else ())
+        return f"{self.source.at(*path)}connection {self.name!r} ({self.driver})"
+
+    def period(self) -> float | None:
+        """The reservation-like period in seconds: declared, or the driver's default."""
+        key = PERIOD_KEY.get(self.driver)
+        if key is None:
+            return None
+        if key in self.settings:
+            return float(self.settings[key])
+        default = _default_of(self.driver, key)
+        if default is None:
+            raise ConfigurationError(f"{self.where()}: cannot tell its default {key}; declare {key}")
+        return default
+
+
+def _default_of(driver: str, key: str) -> float | None:
+    try:
+        if driver == "memory":
+            from ..drivers.memory import MemoryQueue
+
+            factory: Any = MemoryQueue
+        else:
+            cls = getattr(importlib.import_module(f"rainier_sync.drivers.{driver}"), _CLASS[driver])
+            factory = getattr(cls, "from_url", cls) if driver in ("database", "redis") else cls
+        default = inspect.signature(factory).parameters[key].default
+    except (ImportError, AttributeError, KeyError, ValueError, TypeError):
+        return None
+    if isinstance(default, timedelta):
+        return default.total_seconds()
+    return float(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else None
+
+
+def _check_connection(name: Any, declaration: Any, source: _Source) -> ConnectionConfig:
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise ConfigurationError(f"{source.at('connections')}connection name {name!r} must be a non-empty word")
+    where = f"{source.at('connections', name)}connection {name!r}"
+    if not isinstance(declaration, Mapping):
+        raise ConfigurationError(
+            f'{where}: must be a table of settings with a driver, e.g. {{"driver": "database"}}, got {declaration!r}'
+        )
+    if "driver" not in declaration:
+        raise ConfigurationError(
+            f"{where}: has no driver; name one of {', '.join(DRIVERS)} (a connection without a driver "
+            "would quietly become whatever a default pointed at)"
+        )
+    driver = declaration["driver"]
+    if not isinstance(driver, str) or driver.strip().lower() not in DRIVERS:
+        hint = _suggest(driver.strip().lower(), list(DRIVERS)) if isinstance(driver, str) else ""
+        raise ConfigurationError(
+            f"{source.at('connections', name, 'driver')}connection {name!r}: driver {driver!r} is not one of "
+            f"{', '.join(DRIVERS)}{hint}"
+        )
+    driver = driver.strip().lower()
+    known = SETTINGS[driver]
+    settings: dict[str, Any] = {}
+    for key, value in declaration.items():
+        if key == "driver":
+            continue
+        at = f"{source.at('connections', name, str(key))}connection {name!r} ({driver})"
+        refused = refusal(driver, str(key))
+        if refused is not None:
+            why, instead = refused
+            raise ConfigurationError(f"{at}: {key!r} cannot be honoured: {why}. Write instead: {instead}")
+        kind = known.get(key)
+        if kind is None:
+            takes = ", ".join(sorted(known)) or "no settings"
+            raise ConfigurationError(
+                f"{at}: unknown setting {key!r}{_suggest(str(key), sorted(known))} ({driver} takes: {takes})"
+            )
+        try:
+            settings[key] = kind.check(value)
+        except _Bad as exc:
+            raise ConfigurationError(f"{at}: {key} {exc}") from None
+    config = ConnectionConfig(name, driver, settings, source=source)
+    _check_together(config)
+    return config
+
+
+def _check_together(config: ConnectionConfig) -> None:
+    """Declarations refused for what they mean together: a missing required key,
+    half a credential pair, credentials without a region."""
+    settings, label = config.settings, config.label
+    for key in REQUIRED.get(config.driver, ()):
+        if key not in settings:
+            raise ConfigurationError(f"{config.where()}: {label(key)} is required and not set")
+    if config.driver == "sqs":
+        has_key, has_secret = "key" in settings, "secret" in settings
+        if has_key != has_secret:
+            given, missing = ("key", "secret") if has_key else ("secret", "key")
+            raise ConfigurationError(
+                f"{config.where(given)}: {label(given)} without {label(missing)} would sign every request with half "
+                f"a credential; write {label(missing)} too, or neither to use the AWS credential chain"
+            )
+        if has_key and "region" not in settings:
+            raise ConfigurationError(
+                f"{config.where('key')}: {label('key')} and {label('secret')} without {label('region')} "
+                f"leave the queue's region to whatever default the machine has; write {label('region')}"
+            )
+
+
+class Connections:
+    """The ``queues`` section built in Python, checked as each connection is added.
+
+    Example::
+
+        connections = (
+            Connections("primary")
+            .with_connection("primary", "database", reservation=120)
+            .with_connection("bulk", "sqs", queue_url=BULK_URL, region="us-east-1")
+        )
+        connections.check_reservations(longest_job_seconds=90)
+        manager = connections.boot(resources=QueueResources(registry=registry))
+    """
+
+    def __init__(self, default: str | None = None) -> None:
+        if default is not None and (not isinstance(default, str) or not default.strip()):
+            raise ConfigurationError(f"default must name a connection, got {default!r}")
+        self.default = default
+        self._connections: dict[str, ConnectionConfig] = {}
+        self._source = _DICT
+        self._from_environment = False
+
+    def with_connection(self, name: str, driver: str, **settings: Any) -> Connections:
+        """Declare connection ``name`` on ``driver`` with that driver's own settings."""
+        if name in self._connections:
+            raise ConfigurationError(f"connection {name!r} is declared twice")
+        self._connections[name] = _check_connection(name, {"driver": driver, **settings}, self._source)
+        return self
+
+    # -- reading a section --------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, section: Mapping[str, Any]) -> Connections:
+        """Check a section ``{"default": ..., "connections": {...}}`` (or a mapping
+        holding one under ``queues``)."""
+        return cls._from_section(section, _DICT)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Connections:
+        """Read and check a JSON or TOML file holding a section (at the top level,
+        or under a ``queues`` key); errors name the file and line."""
+        return cls._from_section(*_read_file(Path(path)))
+
+    @classmethod
+    def _from_section(cls, section: Any, source: _Source) -> Connections:
+        if not isinstance(section, Mapping):
+            raise ConfigurationError(f"{source.at()}the queues section must be a mapping, got {section!r}")
+        if "queues" in section:
+            source = source.within("queues")
+            section = section["queues"]
+            if not isinstance(section, Mapping):
+                raise ConfigurationError(f"{source.at()}queues must be a mapping, got {section!r}")
+        for key in section:
+            if key not in ("default", "connections"):
+                hint = _suggest(str(key), ["default", "connections"])
+                if key in ("failed", "batching"):
+                    hint = "; failed jobs are kept by each connection's own driver, so there is nothing to configure"
+                raise ConfigurationError(
+                    f"{source.at(str(key))}unknown key {key!r} in the queues section{hint} "
+                    "(it takes: default, connections)"
+                )
+        default = section.get("default")
+        connections = section.get("connections", {})
+        if not isinstance(connections, Mapping):
+            raise ConfigurationError(
+                f"{source.at('connections')}connections must map names to declarations, got {connections!r}"
+            )
+        if default is not None and (not isinstance(default, str) or not default):
+            raise ConfigurationError(f"{source.at('default')}default must name a connection, got {default!r}")
+        built = cls(default)
+        built._source = source
+        for name, declaration in connections.items():
+            built._connections[name] = _check_connection(name, declaration, source)
+        built._check_default()
+        return built
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Connections:
+        """The one connection ``QUEUE_DRIVER`` declares, named after its driver,
+        with its settings from the variables beside it. Empty when unset."""
+        env = os.environ if environ is None else environ
+        queue_connection = env.get("QUEUE_CONNECTION", "").strip()
+        if queue_connection:
+            raise ConfigurationError(
+                f"QUEUE_CONNECTION={queue_connection} is not read: it is another framework's name for the driver; "
+                "write QUEUE_DRIVER instead"
+            )
+        raw = env.get("QUEUE_DRIVER", "").strip()
+        if not raw:
+            return cls()
+        driver = raw.lower()
+        if driver not in DRIVERS:
+            raise ConfigurationError(
+                f"QUEUE_DRIVER={raw} is not one of {', '.join(DRIVERS)}{_suggest(driver, list(DRIVERS))}"
+            )
+        where = f"QUEUE_DRIVER={driver}: "
+        for variable, (only, why, instead) in ENV_REFUSED.items():
+            if only == driver and env.get(variable, "").strip():
+                raise ConfigurationError(f"{where}{variable} cannot be honoured: {why}. Write instead: {instead}")
+        settings: dict[str, Any] = {}
+        labels: dict[str, str] = {}
+        for key, variables in ENVIRONMENT[driver].items():
+            labels[key] = " or ".join(variables)
+            for variable in variables:
+                text = env.get(variable, "").strip()
+                if text:
+                    kind = SETTINGS[driver][key]
+                    try:
+                        settings[key] = kind.check(kind.from_text(text))
+                    except (_Bad, ValueError) as exc:
+                        raise ConfigurationError(f"{where}{variable} {exc}") from None
+                    labels[key] = variable
+                    break
+        built = cls(driver)
+        config = ConnectionConfig(driver, driver, settings, labels, _Source(f"QUEUE_DRIVER={driver}"))
+        _check_together(config)
+        built._connections[driver] = config
+        built._from_environment = True
+        return built
+
+    def _check_default(self) -> None:
+        if not self._connections:
+            if self.default is not None:
+                raise ConfigurationError(
+                    f"{self._source.at('default')}default {self.default!r} names a connection nobody declared "
+                    "(no connections are declared)"
+                )
+            return
+        names = sorted(self._connections)
+        if self.default is None:
+            if len(names) > 1:
+                raise ConfigurationError(
+                    f"{self._source.at('connections')}{len(names)} connections are declared ({', '.join(names)}) "
+                    "and no default names one of them; write default"
+                )
+            return
+        if self.default not in self._connections:
+            raise ConfigurationError(
+                f"{self._source.at('default')}default {self.default!r} names a connection nobody declared "
+                f"(declared: {', '.join(names)}){_suggest(self.default, names)}"
+            )
+
+    # -- reading it back -------------------------------------------------------------------
+    def __iter__(self) -> Iterator[ConnectionConfig]:
+        return iter(self._connections.values())
+
+    def __len__(self) -> int:
+        return len(self._connections)
+
+    def __getitem__(self, name: str) -> ConnectionConfig:
+        return self._connections[name]
+
+    @property
+    def default_name(self) -> str | None:
+        """The default connection: the declared one, or the only one."""
+        if self.default is None and len(self._connections) == 1:
+            return next(iter(self._connections))
+        return self.default
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as a plain dict (what :meth:`from_dict` reads)."""
+        section: dict[str, Any] = {}
+        if self.default is not None:
+            section["default"] = self.default
+        section["connections"] = {c.name: {"driver": c.driver, **c.settings} for c in self}
+        return section
+
+    def check_reservations(self, longest_job_seconds: float | timedelta) -> Connections:
+        """Refuse a reservation (sqs: ``visibility_timeout``, kafka: ``lease``) that
+        is not longer than the longest job: a second worker would claim a job
+        the first is still running. Undeclared periods are checked at the
+        driver's default. Returns ``self``."""
+        longest = longest_job_seconds
+        if isinstance(longest, timedelta):
+            longest = longest.total_seconds()
+        if isinstance(longest, bool) or not isinstance(longest, (int, float)) or not longest > 0:
+            raise ConfigurationError(f"longest_job_seconds must be a positive number of seconds, got {longest!r}")
+        short = []
+        for config in self:
+            period = config.period()
+            if period is not None and period <= longest:
+                key = PERIOD_KEY[config.driver]
+                declared = "" if key in config.settings else " (the driver's default)"
+                short.append(
+                    f"{config.where(key)}: {config.label(key)} is {period:g}s{declared} but the longest job takes "
+                    f"{longest:g}s; set it above that, e.g. {math.ceil(longest * 1.5)}"
+                )
+        if short:
+            raise ConfigurationError(
+                "a reservation shorter than the work lets a second worker claim a job the first is still "
+                "running: " + "; ".join(short)
+            )
+        return self
+
+    def boot(
+        self,
+        registry: JobRegistry | None = None,
+        container: Container | None = None,
+        *,
+        resources: QueueResources | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> QueueManager:
+        """Build every connection and the manager over them, and make it the
+        process-wide instance. Nothing is opened until every check passed."""
+        from .boot import _boot
+
+        return _boot(self, registry=registry, container=container, resources=resources, environ=environ)
+
+    def __repr__(self) -> str:
+        return f"<Connections default={self.default_name!r} {[(c.name, c.driver) for c in self]}>"
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def _read_file(path: Path) -> tuple[Any, _Source]:
+    name = str(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise ConfigurationError(f"{name}: a queues file must be .json or .toml, not {suffix or 'extensionless'}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigurationError(f"{name}: queues file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{name}: cannot read the queues file: {exc}") from None
+    source = _Source(name, text)
+    if not text.strip():
+        return {}, source
+    if suffix == ".json":
+        try:
+            return json.loads(text), source
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(
+                f"{name}, line {exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})"
+            ) from None
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python 3.10
+        raise ConfigurationError(f"{name}: reading TOML needs Python 3.11 or later; use JSON") from None
+    try:
+        return tomllib.loads(text), source
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        found = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        if found:
+            detail = message[: found.start()].strip()
+            raise ConfigurationError(
+                f"{name}, line {found.group(1)}: not valid TOML: {detail} (column {found.group(2)})"
+            ) from None
+        raise ConfigurationError(f"{name}: not valid TOML: {message}") from None
+
+
+def _as_connections(config: Any) -> Connections:
+    if config is None:
+        return Connections()
+    if isinstance(config, Connections):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        return Connections.load(config)
+    if isinstance(config, Mapping):
+        return Connections.from_dict(config)
+    raise ConfigurationError(
+        f"a queues configuration is a dict, a .json/.toml path or Connections, got {type(config).__name__}"
+    )
