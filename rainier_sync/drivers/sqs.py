@@ -1,0 +1,841 @@
+"""The SQS driver: jobs as messages on Amazon SQS queues (boto3).
+
+Reserve is ``ReceiveMessage`` (the message's visibility timeout is the
+reservation), acknowledge is ``DeleteMessage(Batch)``, release is
+``ChangeMessageVisibility``. SQS has no failed-job table, so failed jobs go to
+a queue of their own, ``failed_queue_url``, which this driver manages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import uuid
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from .. import _clock, signals
+from ..errors import ConfigurationError, DriverUnavailableError, JobCrashedError, PayloadError, RainierError
+from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
+from .base import BaseQueue, QueueDriver, Waker, as_job_list
+
+try:
+    import boto3
+    from botocore.config import Config as _BotoConfig
+except ImportError:  # pragma: no cover - exercised only without the extra
+    boto3 = None
+    _BotoConfig = None
+
+if TYPE_CHECKING:
+    from ..manager import QueueManager
+
+__all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError"]
+
+log = logging.getLogger("rainier_sync")
+
+#: SQS's longest per-message delay; longer delays hop (re-send with what is left).
+MAX_DELAY = 900
+#: SQS's largest message, and largest batch (the sum of its entries).
+MAX_MESSAGE_BYTES = 1_048_576
+#: ChangeMessageVisibility stays below SQS's 12-hour ceiling.
+MAX_VISIBILITY = 43_000
+#: Failed-store entries one listing looks at, at most.
+SCAN_LIMIT = 1_000
+_BATCH = 10
+_FAILED_MARK = "rainier_failed"
+_SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp"]
+
+
+class UnknownQueueError(RainierError, LookupError):
+    """A queue name with no SQS URL on this connection."""
+
+
+class SqsBatchError(RainierError):
+    """Some entries of a batch call failed even after retrying.
+
+    ``done`` lists the job ids that went through, ``failed`` maps each job id
+    that did not to SQS's reason.
+    """
+
+    def __init__(self, operation: str, done: list[str], failed: dict[str, str]) -> None:
+        self.operation = operation
+        self.done = done
+        self.failed = failed
+        reasons = "; ".join(f"{job_id}: {reason}" for job_id, reason in list(failed.items())[:5])
+        more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+        super().__init__(
+            f"{operation}: {len(failed)} of {len(done) + len(failed)} job(s) failed: {reasons}{more}"
+            + (f"; these went through: {', '.join(done[:10])}" if done else "")
+        )
+
+
+class _RetryableEntries(Exception):
+    def __init__(self, failed: dict[str, str]) -> None:
+        super().__init__(failed)
+        self.failed = failed
+
+
+@dataclass(slots=True, frozen=True)
+class _Receipt:
+    """Where a received message came from and the handle to settle it with."""
+
+    queue: str
+    url: str
+    handle: str
+    message_id: str
+    received_at: float
+
+
+def _number(name: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
+        raise ConfigurationError(f"SqsQueue {name} must be a number of seconds from {low:g} to {high:g}, got {value!r}")
+    return float(value)
+
+
+def _check_url(name: str, url: Any) -> str:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not urlsplit(url).path.strip("/"):
+        raise ConfigurationError(
+            f"SqsQueue {name} must be a queue's whole URL "
+            f"(https://sqs.<region>.amazonaws.com/<account>/<queue name>), got {url!r}"
+        )
+    return url
+
+
+def _region_of(url: str) -> str | None:
+    host = urlsplit(url).hostname or ""
+    if not host.endswith(".amazonaws.com"):
+        return None
+    parts = host.split(".")
+    if parts[0] == "sqs" and len(parts) > 3:
+        return parts[1]
+    if len(parts) > 3 and parts[1] == "queue":
+        return parts[0]
+    return None
+
+
+def _is_fifo(url: str) -> bool:
+    return url.rstrip("/").endswith(".fifo")
+
+
+def _chunks(items: Sequence[Any], size: int = _BATCH) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class SqsQueue(BaseQueue):
+    """Jobs on Amazon SQS (or any server speaking its API).
+
+    - ``queue_url``: the ``default`` queue's whole URL; ``queue_urls`` maps
+      other queue names to theirs. A job for a queue with no URL is refused
+      at dispatch.
+    - ``failed_queue_url``: the queue failed jobs go to (required: SQS has no
+      failed-job table, and a job that used up its attempts must go somewhere).
+    - ``region`` (read from an AWS queue URL when omitted), ``endpoint`` (an
+      SQS-compatible server), ``key``/``secret`` (both or neither; otherwise
+      boto3's usual credential chain).
+    - ``visibility_timeout``: the reservation, in seconds (default 30).
+    - ``wait_time``: long polling while the worker is idle, 0 to 20 seconds
+      (default 20; 0 turns it off).
+    - ``client``: a boto3 SQS client to use instead of building one.
+    """
+
+    driver = QueueDriver.SQS
+
+    def __init__(
+        self,
+        queue_url: str,
+        *,
+        queue_urls: Mapping[str, str] | None = None,
+        region: str | None = None,
+        endpoint: str | None = None,
+        visibility_timeout: float | None = None,
+        wait_time: float | None = None,
+        key: str | None = None,
+        secret: str | None = None,
+        failed_queue_url: str | None = None,
+        client: Any = None,
+    ) -> None:
+        if boto3 is None and client is None:
+            raise DriverUnavailableError("the sqs driver needs boto3: pip install 'rainier_sync[sqs]'")
+        urls: dict[str, str] = {"default": _check_url("queue_url", queue_url)}
+        for name, url in dict(queue_urls or {}).items():
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError(f"SqsQueue queue_urls keys must be queue names, got {name!r}")
+            _check_url(f"queue_urls[{name!r}]", url)
+            if name == "default" and url != queue_url:
+                raise ConfigurationError(
+                    "SqsQueue queue_urls['default'] differs from queue_url; queue_url is the default queue's URL"
+                )
+            urls[name] = url
+        seen: dict[str, str] = {}
+        for name, url in urls.items():
+            if url in seen:
+                raise ConfigurationError(
+                    f"SqsQueue queues {seen[url]!r} and {name!r} share one URL; each queue needs its own SQS queue"
+                )
+            seen[url] = name
+        if failed_queue_url is None:
+            raise ConfigurationError(
+                "SqsQueue needs failed_queue_url: SQS has no failed-job table, so jobs that use up their "
+                "attempts go to an SQS queue you name (a dead-letter queue); without one they would be lost"
+            )
+        _check_url("failed_queue_url", failed_queue_url)
+        if failed_queue_url in seen:
+            raise ConfigurationError(
+                f"SqsQueue failed_queue_url is also the URL of queue {seen[failed_queue_url]!r}; "
+                "failed jobs need a queue of their own"
+            )
+        if (key is None) != (secret is None):
+            raise ConfigurationError(
+                "SqsQueue takes key and secret together: "
+                + ("key was given without secret" if key is not None else "secret was given without key")
+            )
+        self.reservation: float = float(
+            math.ceil(_number("visibility_timeout", 30 if visibility_timeout is None else visibility_timeout, 1, 43000))
+        )
+        self.wait_time: int = int(_number("wait_time", 20 if wait_time is None else wait_time, 0, 20))
+        if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))):
+            raise ConfigurationError(f"SqsQueue endpoint must be an http(s) URL, got {endpoint!r}")
+        self.queue_urls: dict[str, str] = urls
+        self.failed_queue_url: str = failed_queue_url
+        self.endpoint = endpoint
+        if client is not None:
+            if key is not None or endpoint is not None or region is not None:
+                raise ConfigurationError("SqsQueue takes either client, or region/endpoint/key/secret to build one")
+            self.client = client
+            self._owns_client = False
+            self.region: str | None = getattr(getattr(client, "meta", None), "region_name", None)
+        else:
+            self.region = region or _region_of(queue_url)
+            self.client = self._build_client(key, secret)
+            self._owns_client = True
+        self._lock = threading.Lock()
+        self._buffer: list[tuple[str, dict[str, Any], _Receipt]] = []
+        self._polling: set[str] = set()
+        self._poll_error: BaseException | None = None
+        self._waiters: set[Waker] = set()
+        self._closed = False
+        self._manager: QueueManager | None = None
+
+    def _build_client(self, key: str | None, secret: str | None) -> Any:
+        assert boto3 is not None and _BotoConfig is not None
+        session = boto3.session.Session(aws_access_key_id=key, aws_secret_access_key=secret, region_name=self.region)
+        if session.region_name is None:
+            raise ConfigurationError(
+                "SqsQueue needs a region: pass region=... (or set AWS_DEFAULT_REGION); "
+                "it could not be read from queue_url"
+            )
+        self.region = session.region_name
+        config = _BotoConfig(
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            # A long poll holds the response for up to wait_time seconds.
+            read_timeout=self.wait_time + 15,
+            max_pool_connections=20,
+        )
+        return session.client("sqs", endpoint_url=self.endpoint, config=config)
+
+    def bind(self, manager: QueueManager, connection: str) -> None:
+        super().bind(manager, connection)
+        self._manager = manager
+
+    # -- helpers ----------------------------------------------------------------------
+    def url_of(self, queue: str) -> str:
+        """The SQS URL of ``queue``; :class:`UnknownQueueError` when it has none."""
+        url = self.queue_urls.get(queue)
+        if url is None:
+            known = ", ".join(sorted(self.queue_urls))
+            raise UnknownQueueError(
+                f"queue {queue!r} has no SQS URL on connection {self.connection!r} (queues with one: {known}); "
+                "add it to queue_urls"
+            )
+        return url
+
+    def _body(self, job: QueuedJob) -> str:
+        body = job.encode()
+        if len(body.encode()) > MAX_MESSAGE_BYTES:
+            raise PayloadError(
+                f"job {job.name!r} ({job.id}) is {len(body.encode())} bytes as JSON; SQS takes at most "
+                f"{MAX_MESSAGE_BYTES}: pass a reference (a key, an id) instead of the data"
+            )
+        return body
+
+    def _entry(self, job: QueuedJob, url: str, now: float, *, fresh_dedup: bool = False) -> dict[str, Any]:
+        """One SendMessage(Batch) entry for ``job``, its delay capped at SQS's 15 minutes."""
+        entry: dict[str, Any] = {"MessageBody": self._body(job)}
+        wait = job.available_at - now
+        if _is_fifo(url):
+            if wait > 0:
+                raise ValueError(
+                    f"job {job.name!r} ({job.id}) has a delay, but queue {job.queue!r} is a FIFO queue, "
+                    "and SQS FIFO queues take no per-message delay"
+                )
+            entry["MessageGroupId"] = job.name
+            if job.unique_key is not None and not fresh_dedup:
+                entry["MessageDeduplicationId"] = hashlib.sha256(job.unique_key.encode()).hexdigest()
+            else:
+                entry["MessageDeduplicationId"] = job.id if not fresh_dedup else uuid.uuid4().hex
+        elif wait > 0:
+            entry["DelaySeconds"] = min(MAX_DELAY, math.ceil(wait))
+        return entry
+
+    def _emit_failed_operation(self, operation: str, exc: BaseException) -> None:
+        info = ExceptionInfo.from_exception(exc)
+        log.error("queue operation %s on connection %r failed: %s", operation, self.connection, info.error)
+        signals.emit(
+            signals.queue_operation_failed,
+            self,
+            connection=self.connection,
+            operation=operation,
+            error=info.error,
+            exception=info,
+        )
+
+    # -- producing ----------------------------------------------------------------------
+    def push(self, job: QueuedJob) -> str:
+        url = self.url_of(job.queue)
+        entry = self._entry(job, url, _clock.now())
+        self.client.send_message(QueueUrl=url, **entry)
+        return job.id
+
+    def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
+        """``SendMessageBatch``, ten per call; entries SQS refuses for a passing
+        reason are retried, and any still refused raise :class:`SqsBatchError`."""
+        now = _clock.now()
+        by_url: dict[str, list[tuple[QueuedJob, dict[str, Any]]]] = {}
+        for job in jobs:  # check everything before sending anything
+            url = self.url_of(job.queue)
+            by_url.setdefault(url, []).append((job, self._entry(job, url, now)))
+        done: list[str] = []
+        failed: dict[str, str] = {}
+        for url, items in by_url.items():
+            for batch in self._size_batches(items):
+                ok, bad = self._send_batch(url, batch)
+                done.extend(ok)
+                failed.update(bad)
+        if failed:
+            raise SqsBatchError("SendMessageBatch", done, failed)
+        return [job.id for job in jobs]
+
+    @staticmethod
+    def _size_batches(
+        items: list[tuple[QueuedJob, dict[str, Any]]],
+    ) -> list[list[tuple[QueuedJob, dict[str, Any]]]]:
+        batches: list[list[tuple[QueuedJob, dict[str, Any]]]] = []
+        current: list[tuple[QueuedJob, dict[str, Any]]] = []
+        size = 0
+        for item in items:
+            length = len(item[1]["MessageBody"].encode())
+            if current and (len(current) == _BATCH or size + length > MAX_MESSAGE_BYTES):
+                batches.append(current)
+                current, size = [], 0
+            current.append(item)
+            size += length
+        if current:
+            batches.append(current)
+        return batches
+
+    def _send_batch(self, url: str, batch: list[tuple[QueuedJob, dict[str, Any]]]) -> tuple[list[str], dict[str, str]]:
+        pending = {str(i): item for i, item in enumerate(batch)}
+        done: list[str] = []
+        final: dict[str, str] = {}
+
+        def attempt() -> None:
+            entries = [{"Id": key, **entry} for key, (_, entry) in pending.items()]
+            response = self.client.send_message_batch(QueueUrl=url, Entries=entries)
+            for ok in response.get("Successful", []):
+                job, _ = pending.pop(ok["Id"])
+                done.append(job.id)
+            retry: dict[str, str] = {}
+            for bad in response.get("Failed", []):
+                reason = f"{bad.get('Code', 'Error')}: {bad.get('Message', '')}".rstrip(": ")
+                if bad.get("SenderFault"):
+                    job, _ = pending.pop(bad["Id"])
+                    final[job.id] = reason
+                else:
+                    retry[pending[bad["Id"]][0].id] = reason
+            if retry:
+                raise _RetryableEntries(retry)
+
+        try:
+            for attempt_state in Retrying(
+                retry=retry_if_exception_type(_RetryableEntries),
+                stop=stop_after_attempt(4),
+                wait=wait_exponential(multiplier=0.05, max=1.0),
+                reraise=True,
+            ):
+                with attempt_state:
+                    attempt()
+        except _RetryableEntries as exc:
+            final.update(exc.failed)
+        return done, final
+
+    # -- consuming ------------------------------------------------------------------------
+    def _receive(self, queue: str, url: str, count: int, wait: int = 0) -> list[tuple[str, dict[str, Any], _Receipt]]:
+        response = self.client.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=count,
+            VisibilityTimeout=int(self.reservation),
+            WaitTimeSeconds=wait,
+            MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,
+        )
+        at = _clock.monotonic()
+        return [
+            (queue, message, _Receipt(queue, url, message["ReceiptHandle"], message["MessageId"], at))
+            for message in response.get("Messages", [])
+        ]
+
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        """``ReceiveMessage`` (up to ten per call), trying ``queues`` in order; a
+        queue is left for the next only when it answered with nothing."""
+        urls = [(queue, self.url_of(queue)) for queue in queues]
+        taken: list[QueuedJob] = []
+        if limit <= 0:
+            return taken
+        stale_before = _clock.monotonic() - self.reservation / 2
+        with self._lock:
+            buffered, self._buffer = self._buffer, []
+            polling = set(self._polling)
+        order = {queue: index for index, (queue, _) in enumerate(urls)}
+        buffered.sort(key=lambda item: order.get(item[0], len(order)))
+        for index, item in enumerate(buffered):
+            if len(taken) >= limit:
+                with self._lock:
+                    self._buffer[:0] = buffered[index:]
+                break
+            if item[2].received_at < stale_before:
+                continue  # held too long: its visibility may have lapsed; SQS hands it out again
+            job = self._accept(*item)
+            if job is not None:
+                taken.append(job)
+        if taken:
+            return taken
+        for queue, url in urls:
+            # A long poll in flight on this queue answers as soon as anything
+            # there is visible, so a short poll beside it finds nothing.
+            if queue in polling:
+                continue
+            fifo = _is_fifo(url)
+            while len(taken) < limit:
+                # FIFO: one at a time, so two jobs of one message group never run side by side.
+                want = 1 if fifo else min(_BATCH, limit - len(taken))
+                messages = self._receive(queue, url, want)
+                for message in messages:
+                    job = self._accept(*message)
+                    if job is not None:
+                        taken.append(job)
+                if len(messages) < want:
+                    break
+            if taken:
+                break
+        return taken
+
+    def _accept(self, queue: str, message: dict[str, Any], receipt: _Receipt) -> QueuedJob | None:
+        """The job a received message carries, or None when it was handled here:
+        unreadable (discarded to the failed store), not due yet (hopped), or
+        past its final attempt (failed)."""
+        body = message.get("Body", "")
+        try:
+            job = QueuedJob.decode(body, connection=self.connection, receipt=receipt)
+        except PayloadError as exc:
+            self._discard(queue, body, receipt, exc)
+            return None
+        remaining = job.available_at - _clock.now()
+        if remaining > 0 and not _is_fifo(receipt.url):
+            self._hop(job, remaining)
+            return None
+        received = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+        # The body counts attempts made before this message was sent; SQS counts
+        # the receives since, including those whose worker died mid-attempt.
+        job.attempts += max(1, received)
+        if job.attempts > job.max_attempts:
+            self._fail_unfinished(job, received)
+            return None
+        return job
+
+    def _hop(self, job: QueuedJob, remaining: float) -> None:
+        """Re-send a job whose delay outlasts SQS's 15 minutes with what is left."""
+        receipt: _Receipt = job.receipt
+        url = receipt.url
+        entry = self._entry(replace(job, receipt=None), url, _clock.now())
+        if "DelaySeconds" not in entry:
+            entry["DelaySeconds"] = min(MAX_DELAY, max(1, math.ceil(remaining)))
+        self.client.send_message(QueueUrl=url, **entry)
+        self.client.delete_message(QueueUrl=url, ReceiptHandle=receipt.handle)
+
+    def _discard(self, queue: str, body: str, receipt: _Receipt, exc: PayloadError) -> None:
+        info = ExceptionInfo.from_exception(exc)
+        log.error(
+            "discarded message %s from queue %r on connection %r into the failed store: %s",
+            receipt.message_id,
+            queue,
+            self.connection,
+            info.error,
+        )
+        entry = {
+            _FAILED_MARK: 1,
+            "raw": body,
+            "queue": queue,
+            "message_id": receipt.message_id,
+            "error": info.to_dict(),
+            "failed_at": _clock.now(),
+        }
+        self._send_failed(encode(entry))
+        self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
+        signals.emit(
+            signals.queue_message_discarded,
+            self,
+            connection=self.connection,
+            error=info.error,
+            exception=info,
+            raw=body,
+        )
+
+    def _fail_unfinished(self, job: QueuedJob, received: int) -> None:
+        """A job received again after its final attempt: that attempt never
+        finished (its worker died, or its reservation lapsed), so it fails here."""
+        last = job.max_attempts
+        error = JobCrashedError(
+            f"attempt {last} of {last} never finished: its worker died or its reservation lapsed "
+            f"(SQS has delivered this message {received} time(s))"
+        )
+        info = ExceptionInfo.from_exception(error)
+        job.attempts = last
+        self.fail(job, info)
+        log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, last, info.error)
+        if self._manager is not None and self._manager.locks is not None and job.unique_key and job.unique_owner:
+            try:
+                self._manager.locks.release(job.unique_key, job.unique_owner)
+            except Exception as exc:  # noqa: BLE001 - the lock's own expiry is the net
+                log.warning("could not release unique lock %s: %s", job.unique_key, exc)
+        for signal, extra in (
+            (signals.job_attempt_failed, {"attempt": last, "final_attempt": True}),
+            (signals.job_failed, {}),
+        ):
+            signals.emit(signal, self, job=job, connection=self.connection, error=info.error, exception=info, **extra)
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        receipt: _Receipt | None = job.receipt
+        if receipt is not None:
+            self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
+
+    def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
+        """``DeleteMessageBatch``, ten per call."""
+        self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
+
+    def _batch(self, method: str, jobs: Sequence[QueuedJob], entry: Any) -> None:
+        """Run a receipt batch call per queue URL; an entry SQS refuses as the
+        sender's fault (a stale receipt) is logged, anything else raises."""
+        by_url: dict[str, list[QueuedJob]] = {}
+        for job in jobs:
+            if isinstance(job.receipt, _Receipt):
+                by_url.setdefault(job.receipt.url, []).append(job)
+        call = getattr(self.client, method)
+        problems: dict[str, str] = {}
+        done: list[str] = []
+        for url, group in by_url.items():
+            for chunk in _chunks(group):
+                response = call(
+                    QueueUrl=url, Entries=[{"Id": str(i), **entry(job.receipt)} for i, job in enumerate(chunk)]
+                )
+                done.extend(chunk[int(ok["Id"])].id for ok in response.get("Successful", []))
+                for bad in response.get("Failed", []):
+                    job = chunk[int(bad["Id"])]
+                    reason = f"{bad.get('Code', 'Error')}: {bad.get('Message', '')}"
+                    if bad.get("SenderFault"):
+                        log.warning("%s for job %s (%s) refused: %s", method, job.id, job.name, reason)
+                    else:
+                        problems[job.id] = reason
+        if problems:
+            raise SqsBatchError(method, done, problems)
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        """``ChangeMessageVisibility`` to the delay (0: at once); a delay past 15
+        minutes re-sends the job with it instead."""
+        receipt: _Receipt | None = job.receipt
+        if receipt is None:
+            return
+        wait = max(0.0, float(delay))
+        if wait <= MAX_DELAY or _is_fifo(receipt.url):
+            self.client.change_message_visibility(
+                QueueUrl=receipt.url, ReceiptHandle=receipt.handle, VisibilityTimeout=min(MAX_VISIBILITY, math.ceil(wait))
+            )
+            return
+        later = replace(job, receipt=None, available_at=_clock.now() + wait)
+        self.client.send_message(QueueUrl=receipt.url, **self._entry(later, receipt.url, _clock.now()))
+        self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        """Send the job to the failed queue, then delete it from its own."""
+        info = as_exception_info(error)
+        failed_at = _clock.now()
+        plain = replace(job, receipt=None)
+        entry = {_FAILED_MARK: 1, "job": plain.to_wire(), "error": info.to_dict(), "failed_at": failed_at}
+        self._send_failed(encode(entry))
+        receipt: _Receipt | None = job.receipt
+        if receipt is not None:
+            self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
+        return FailedJob.of(plain, info, failed_at)
+
+    def _send_failed(self, body: str) -> None:
+        extra: dict[str, Any] = {}
+        if _is_fifo(self.failed_queue_url):
+            extra = {"MessageGroupId": "rainier-failed", "MessageDeduplicationId": uuid.uuid4().hex}
+        if len(body.encode()) > MAX_MESSAGE_BYTES:
+            # The traceback is what makes an entry too big; keep the job, trim the story.
+            data = decode(body)
+            data["error"]["traceback"] = data["error"].get("traceback", "")[-4000:]
+            body = encode(data)
+        self.client.send_message(QueueUrl=self.failed_queue_url, MessageBody=body, **extra)
+
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        """``ChangeMessageVisibilityBatch`` for running jobs (and messages a long
+        poll brought in that no thread has taken yet)."""
+        timeout = min(MAX_VISIBILITY, math.ceil(self.reservation if seconds is None else seconds))
+        targets = as_job_list(jobs)
+        with self._lock:
+            held = [
+                QueuedJob(id=receipt.message_id, name="(held)", queue=queue, payload={}, receipt=receipt)
+                for queue, _, receipt in self._buffer
+            ]
+        self._batch(
+            "change_message_visibility_batch",
+            targets + held,
+            lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": timeout},
+        )
+
+    def reclaim_expired(self) -> int:
+        """SQS itself makes a message visible again when its reservation lapses; 0."""
+        return 0
+
+    # -- the failed store -------------------------------------------------------------------
+    def _scan_failed(self) -> list[tuple[FailedJob, str]]:
+        """Receive the failed queue's entries (hidden for 30 s while we look),
+        up to :data:`SCAN_LIMIT`; with their receipt handles."""
+        expected = self._attributes(self.failed_queue_url)["ApproximateNumberOfMessages"]
+        found: list[tuple[FailedJob, str]] = []
+        empty = 0
+        while len(found) < min(expected, SCAN_LIMIT) and empty < 3:
+            response = self.client.receive_message(
+                QueueUrl=self.failed_queue_url,
+                MaxNumberOfMessages=_BATCH,
+                VisibilityTimeout=30,
+                WaitTimeSeconds=0,
+                MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,
+            )
+            messages = response.get("Messages", [])
+            if not messages:
+                empty += 1
+                continue
+            for message in messages:
+                found.append((self._failed_entry(message), message["ReceiptHandle"]))
+        return found
+
+    def _failed_entry(self, message: dict[str, Any]) -> FailedJob:
+        body = message.get("Body", "")
+        attributes = message.get("Attributes", {})
+        sent = int(attributes.get("SentTimestamp", "0")) / 1000
+        try:
+            data = decode(body)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and data.get(_FAILED_MARK) and isinstance(data.get("job"), dict):
+            job = QueuedJob.from_wire(data["job"], connection=self.connection)
+            return FailedJob.of(job, ExceptionInfo.from_dict(data.get("error")), float(data.get("failed_at", sent)))
+        if isinstance(data, dict) and data.get(_FAILED_MARK) and "raw" in data:
+            info = ExceptionInfo.from_dict(data.get("error"))
+            return FailedJob(
+                id=str(data.get("message_id", message["MessageId"])),
+                name="(unreadable message)",
+                queue=str(data.get("queue", "")),
+                connection=self.connection,
+                payload={"raw": data["raw"]},
+                error=info.error,
+                exception=info,
+                failed_at=float(data.get("failed_at", sent)),
+            )
+        try:
+            # A job envelope SQS moved here itself (a RedrivePolicy on a job queue).
+            job = QueuedJob.from_wire(data, connection=self.connection)
+        except PayloadError:
+            info = ExceptionInfo(kind="rainier_sync.errors.PayloadError", message="not a rainier_sync message")
+            return FailedJob(
+                id=message["MessageId"],
+                name="(unreadable message)",
+                queue="",
+                connection=self.connection,
+                payload={"raw": body},
+                error=info.error,
+                exception=info,
+                failed_at=sent,
+            )
+        received = attributes.get("ApproximateReceiveCount", "?")
+        info = ExceptionInfo(
+            kind="rainier_sync.errors.JobCrashedError",
+            message=f"moved to the failed queue by SQS's redrive policy after {received} receive(s)",
+            crashed=True,
+        )
+        return FailedJob.of(job, info, sent)
+
+    def _unhide(self, handles: Sequence[str]) -> None:
+        for chunk in _chunks(list(handles)):
+            self.client.change_message_visibility_batch(
+                QueueUrl=self.failed_queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)],
+            )
+
+    def _delete_failed(self, handles: Sequence[str]) -> None:
+        for chunk in _chunks(list(handles)):
+            self.client.delete_message_batch(
+                QueueUrl=self.failed_queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
+            )
+
+    def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        """The newest failed jobs among the first :data:`SCAN_LIMIT` entries of
+        the failed queue (each listing receives them all, then lets them go)."""
+        found = self._scan_failed()
+        self._unhide([handle for _, handle in found])
+        entries = sorted((failed for failed, _ in found), key=lambda f: f.failed_at, reverse=True)
+        return entries[:limit]
+
+    def failed_count(self) -> int:
+        """The failed queue's approximate depth."""
+        counts = self._attributes(self.failed_queue_url)
+        return counts["ApproximateNumberOfMessages"] + counts["ApproximateNumberOfMessagesNotVisible"]
+
+    def retry_failed(self, id: str) -> bool:
+        """Queue a failed job again with fresh attempts (and remove it from the failed queue)."""
+        found = self._scan_failed()
+        matches = [(failed, handle) for failed, handle in found if failed.id == id]
+        others = [handle for failed, handle in found if failed.id != id]
+        try:
+            if not matches:
+                return False
+            failed = matches[0][0]
+            if failed.job is None:
+                others.extend(handle for _, handle in matches)
+                raise PayloadError(f"failed message {id} is not a rainier_sync job (unreadable); it can only be forgotten")
+            job = replace(failed.job, attempts=0, available_at=_clock.now(), receipt=None)
+            url = self.url_of(job.queue)
+            self.client.send_message(QueueUrl=url, **self._entry(job, url, _clock.now(), fresh_dedup=True))
+            self._delete_failed([handle for _, handle in matches])
+            return True
+        finally:
+            self._unhide(others)
+
+    def forget_failed(self, id: str) -> bool:
+        found = self._scan_failed()
+        matches = [handle for failed, handle in found if failed.id == id]
+        self._unhide([handle for failed, handle in found if failed.id != id])
+        if matches:
+            self._delete_failed(matches)
+        return bool(matches)
+
+    # -- inspection ------------------------------------------------------------------------------
+    def _attributes(self, url: str) -> dict[str, int]:
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        response = self.client.get_queue_attributes(QueueUrl=url, AttributeNames=names)
+        attributes = response.get("Attributes", {})
+        return {name: int(attributes.get(name, 0)) for name in names}
+
+    def counts(self, queue: str) -> QueueCounts:
+        """From the queue's approximate attributes: ``reserved`` also holds jobs
+        released with a backoff (SQS cannot tell the two apart)."""
+        counts = self._attributes(self.url_of(queue))
+        return QueueCounts(
+            ready=counts["ApproximateNumberOfMessages"],
+            delayed=counts["ApproximateNumberOfMessagesDelayed"],
+            reserved=counts["ApproximateNumberOfMessagesNotVisible"],
+        )
+
+    def size(self, queue: str | None = None) -> int:
+        """Jobs on ``queue`` (every queue when None): ready, delayed and reserved; approximate."""
+        names = sorted(self.queue_urls) if queue is None else [queue]
+        return sum(self.counts(name).total for name in names)
+
+    def queue_names(self) -> list[str]:
+        return sorted(self.queue_urls)
+
+    # -- waiting ------------------------------------------------------------------------------------
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        """Long-poll each queue (``wait_time``) in the background, returning when
+        one answers, ``waker`` is set, or ``timeout`` passes. A poll outlives an
+        early return, so an idle worker costs one receive per queue per ``wait_time``."""
+        urls = [(queue, self.url_of(queue)) for queue in queues]
+        with self._lock:
+            error, self._poll_error = self._poll_error, None
+            if error is not None:
+                raise error
+            if self._buffer:
+                return
+            if self.wait_time > 0:
+                for queue, url in urls:
+                    if queue not in self._polling:
+                        self._polling.add(queue)
+                        threading.Thread(
+                            target=self._long_poll, args=(queue, url), name=f"rainier-sqs-poll-{queue}", daemon=True
+                        ).start()
+            self._waiters.add(waker)
+        try:
+            waker.wait(timeout)
+        finally:
+            with self._lock:
+                self._waiters.discard(waker)
+
+    def _long_poll(self, queue: str, url: str) -> None:
+        got: list[tuple[str, dict[str, Any], _Receipt]] = []
+        try:
+            got = self._receive(queue, url, 1, self.wait_time)
+        except Exception as exc:  # noqa: BLE001 - handed to the worker's next wait
+            with self._lock:
+                self._poll_error = exc
+        with self._lock:
+            self._polling.discard(queue)
+            closed = self._closed
+            if not closed:
+                self._buffer.extend(got)
+            waiters = list(self._waiters)
+        if closed and got:
+            self._let_go(got)
+        for waker in waiters:
+            waker.set()
+
+    def _let_go(self, items: Sequence[tuple[str, dict[str, Any], _Receipt]]) -> None:
+        try:
+            self._batch(
+                "change_message_visibility_batch",
+                [QueuedJob(id=r.message_id, name="(held)", queue=q, payload={}, receipt=r) for q, _, r in items],
+                lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
+            )
+        except Exception as exc:  # noqa: BLE001 - they become visible when their timeout lapses anyway
+            log.warning("could not hand back %d held message(s): %s", len(items), exc)
+
+    def close(self) -> None:
+        """Hand back messages a long poll brought in that no worker took."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            held, self._buffer = self._buffer, []
+        if held:
+            self._let_go(held)
+        if self._owns_client:
+            self.client.close()
+
+    def describe(self) -> str:
+        return f"sqs {self.queue_urls['default']}"
+
+    def __repr__(self) -> str:
+        return (
+            f"<SqsQueue default={self.queue_urls['default']!r} queues={sorted(self.queue_urls)} "
+            f"region={self.region!r} visibility_timeout={self.reservation:g}>"
+        )
