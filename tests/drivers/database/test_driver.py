@@ -1,0 +1,438 @@
+"""The database driver against the real servers: URLs, migrations, transactional
+dispatch, frozen time, unreadable rows, locks, wake-ups and reconnecting."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions, signals
+from rainier_sync.drivers.base import Waker
+from rainier_sync.drivers.database import DatabaseLockStore, DatabaseQueue, SchemaMissingError
+from rainier_sync.errors import ConfigurationError
+from rainier_sync.locks import DatabaseLockStore as LazyLockStore
+from rainier_sync.types import QueuedJob
+from tests.support import free_port
+
+ran: list[str] = []
+
+
+@dataclass
+class Hello(Job):
+    NAME = "dbtest.hello"
+    TRIES = 2
+    BACKOFF = 30
+
+    who: str
+    fail_first: bool = False
+
+    def handle(self, context: JobContext) -> None:
+        if self.fail_first and context.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        ran.append(self.who)
+
+
+@dataclass
+class Once(Job):
+    NAME = "dbtest.once"
+
+    key: str
+
+    def handle(self, context: JobContext) -> None:
+        ran.append(self.key)
+
+    def unique_id(self) -> str | None:
+        return self.key
+
+
+def make_manager(url: str, **kwargs: Any) -> QueueManager:
+    queue = DatabaseQueue.from_url(url, **kwargs)
+    return QueueManager(
+        connections={"db": queue},
+        registry=JobRegistry().with_job(Hello).with_job(Once),
+        container=Container(),
+        locks=queue.lock_store(),
+    )
+
+
+def once(manager: QueueManager) -> Any:
+    return Worker(manager, options=WorkerOptions(once=True, concurrency=2)).run()
+
+
+@pytest.fixture(autouse=True)
+def _clear_ran() -> None:
+    ran.clear()
+
+
+# -- URLs and boot errors --------------------------------------------------------------------------
+
+
+def test_sqlite_urls_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = DatabaseQueue.from_url("sqlite:///rel.db")
+    relative.migrate()
+    relative.close()
+    assert (tmp_path / "rel.db").exists()
+    absolute = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'abs.db'}")  # sqlite:////tmp/...
+    absolute.migrate()
+    assert absolute.describe().endswith(f"{tmp_path / 'abs.db'})")
+    assert absolute._backend.query("PRAGMA journal_mode")[0][0] == "wal"
+    assert absolute._backend.query("PRAGMA synchronous")[0][0] == 1  # NORMAL
+    absolute.close()
+    full = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'abs.db'}?synchronous=FULL")
+    assert full._backend.query("PRAGMA synchronous")[0][0] == 2
+    full.close()
+
+
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("jobs.db", "not a URL"),
+        ("oracle://host/db", "'oracle' is not supported"),
+        ("sqlite://host/jobs.db", "has a host"),
+        ("sqlite:///jobs.db?synchronous=SOMETIMES", "synchronous='SOMETIMES'"),
+        ("sqlite:////no/such/dir/jobs.db", "directory '/no/such/dir' does not exist"),
+    ],
+)
+def test_bad_urls_are_refused_naming_the_fault(url: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=says.replace("(", r"\(")):
+        DatabaseQueue.from_url(url)
+
+
+def test_bad_options_are_refused(sqlite_url: str) -> None:
+    with pytest.raises(ValueError, match="reservation"):
+        DatabaseQueue.from_url(sqlite_url, reservation=0)
+    with pytest.raises(ValueError, match="skip_locked' needs PostgreSQL"):
+        DatabaseQueue.from_url(sqlite_url, claim="skip_locked")
+
+
+def test_unreachable_postgres_is_a_boot_error_naming_the_host(postgres_url: str) -> None:
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError, match=f"PostgreSQL at 127.0.0.1:{port}/test"):
+        DatabaseQueue.from_url(f"postgresql://postgres@127.0.0.1:{port}/test")
+    assert time.monotonic() - started < 5
+
+
+def test_a_server_that_never_answers_times_out_instead_of_hanging(postgres_url: str) -> None:
+    with socket.socket() as silent:  # accepts TCP connections and never speaks
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(ConfigurationError, match=f"127.0.0.1:{port}"):
+            DatabaseQueue.from_url(f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=2")
+        assert time.monotonic() - started < 15
+
+
+def test_unreachable_mysql_is_a_boot_error_naming_the_host(mysql_url: str) -> None:
+    port = free_port()
+    with pytest.raises(ConfigurationError, match=f"MySQL/MariaDB at 127.0.0.1:{port}/test"):
+        DatabaseQueue.from_url(f"mysql://root@127.0.0.1:{port}/test")
+
+
+# -- migrations ---------------------------------------------------------------------------------------
+
+
+def test_migrations_are_versioned_and_idempotent(tmp_path: Path) -> None:
+    migrations = DatabaseQueue.migrations()
+    assert [m.version for m in migrations] == sorted(m.version for m in migrations)
+    for dialect in ("sqlite", "postgresql", "mysql"):
+        assert any("rainier_jobs" in s for s in migrations[0].sql(dialect))
+    queue = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'm.db'}")
+    assert queue.migrate() == [m.version for m in migrations]
+    assert queue.migrate() == []
+    tables = {r[0] for r in queue._backend.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"rainier_jobs", "rainier_failed_jobs", "rainier_locks", "rainier_migrations"} <= tables
+    queue.close()
+
+
+def test_migrate_twice_on_postgres_and_mysql(pg_url: str, my_url: str) -> None:
+    for url in (pg_url, my_url):
+        queue = DatabaseQueue.from_url(url)
+        assert queue.migrate() == []  # the session's migration already ran
+        queue.close()
+
+
+def test_missing_tables_say_to_migrate(tmp_path: Path) -> None:
+    queue = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'empty.db'}")
+    with pytest.raises(SchemaMissingError, match="run DatabaseQueue.migrate"):
+        queue.size()
+    queue.close()
+
+
+# -- transactional dispatch -------------------------------------------------------------------------
+
+
+def test_dispatch_within_a_sqlite_transaction(sqlite_url: str) -> None:
+    manager = make_manager(sqlite_url)
+    path = sqlite_url.removeprefix("sqlite:///")
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.execute("INSERT INTO orders (id) VALUES (1)")
+    kept = manager.pending(Hello("kept")).within(conn).send()
+    conn.commit()
+    conn.execute("INSERT INTO orders (id) VALUES (2)")
+    manager.pending(Hello("rolled back")).within(conn).send()
+    conn.rollback()
+    conn.close()
+    queue = manager.connection()
+    assert queue.size() == 1
+    job = queue.reserve(["default"])
+    assert job is not None and job.id == kept and job.payload == {"who": "kept", "fail_first": False}
+    manager.close()
+
+
+def test_dispatch_within_a_psycopg_transaction(pg_url: str) -> None:
+    import psycopg
+
+    manager = make_manager(pg_url)
+    with psycopg.connect(pg_url) as conn:
+        with conn.transaction():
+            kept = manager.pending(Hello("kept")).within(conn).send()
+        with pytest.raises(ZeroDivisionError), conn.transaction():
+            manager.pending(Hello("rolled back")).within(conn).send()
+            raise ZeroDivisionError
+    assert manager.connection().size() == 1
+    assert once(manager).processed == 1 and ran == ["kept"]
+    assert kept is not None
+    manager.close()
+
+
+def test_dispatch_within_the_wrong_connection_is_refused(sqlite_url: str, tmp_path: Path) -> None:
+    manager = make_manager(sqlite_url)
+    with pytest.raises(TypeError, match="needs an open sqlite connection"):
+        manager.pending(Hello("x")).within(object()).send()
+    other = sqlite3.connect(tmp_path / "other.db")
+    with pytest.raises(TypeError, match="not on the queue's file"):
+        manager.pending(Hello("x")).within(other).send()
+    other.close()
+    manager.close()
+
+
+# -- frozen time --------------------------------------------------------------------------------------
+
+
+def test_freezegun_moves_delays_and_backoff_for_a_once_worker(db_url: str) -> None:
+    with freeze_time("2026-05-01 09:00:00") as frozen:
+        manager = make_manager(db_url)
+        manager.dispatch_after(60, Hello("later"))
+        manager.dispatch(Hello("flaky", fail_first=True))
+        stats = once(manager)
+        assert (stats.processed, stats.released) == (0, 1), "the delayed job is not due; the flaky one backs off"
+        frozen.tick(29)
+        assert once(manager).processed == 0
+        frozen.tick(2)
+        assert once(manager).processed == 1 and ran == ["flaky"]
+        frozen.tick(30)
+        assert once(manager).processed == 1 and ran == ["flaky", "later"]
+        assert manager.connection().size() == 0
+        manager.close()
+
+
+# -- rows the worker cannot run --------------------------------------------------------------------
+
+
+def test_unreadable_rows_are_failed_with_a_clear_error_and_the_worker_goes_on(db_url: str) -> None:
+    manager = make_manager(db_url)
+    queue = manager.connection()
+    assert isinstance(queue, DatabaseQueue)
+    insert = queue._sql.insert_job()
+    queue._backend.execute(insert, ("bad-json", "default", "dbtest.hello", "{not json", 0, 0, 0.0))
+    stranger = QueuedJob(id="stranger", name="nobody.knows-me", queue="default", payload={})
+    queue._backend.execute(insert, ("stranger", "default", stranger.name, stranger.encode(), 0, 0, 0.0))
+    manager.dispatch(Hello("fine"))
+    discarded: list[str] = []
+
+    def on_discard(sender: object, **kw: Any) -> None:
+        discarded.append(kw["error"])
+
+    signals.queue_message_discarded.connect(on_discard)
+    try:
+        stats = once(manager)
+    finally:
+        signals.queue_message_discarded.disconnect(on_discard)
+    assert ran == ["fine"] and stats.processed == 1
+    failed = {f.id: f for f in queue.failed_jobs(10)}
+    assert set(failed) == {"bad-json", "stranger"}
+    assert "not valid JSON" in failed["bad-json"].error and failed["bad-json"].name == "dbtest.hello"
+    assert "nobody.knows-me" in failed["stranger"].error
+    assert len(discarded) == 1 and "not valid JSON" in discarded[0]
+    assert queue.size() == 0 and queue.failed_count() == 2
+    manager.close()
+
+
+# -- inspection ---------------------------------------------------------------------------------------
+
+
+def test_counts_and_queue_names(db_url: str) -> None:
+    with freeze_time("2026-05-01 09:00:00"):
+        manager = make_manager(db_url)
+        queue = manager.connection()
+        manager.dispatch_on("mail", Hello("a"))
+        manager.dispatch_on("mail", Hello("b"))
+        manager.pending(Hello("c")).on_queue("mail").delay(30).send()
+        manager.dispatch_on("other", Hello("d"))
+        assert queue.reserve(["mail"]) is not None
+        counts = queue.counts("mail")
+        assert (counts.ready, counts.delayed, counts.reserved) == (1, 1, 1)
+        assert queue.queue_names() == ["mail", "other"]
+        assert queue.size() == 4 and queue.size("mail") == 3
+        manager.close()
+
+
+def test_extend_renews_every_running_job_in_one_statement(sqlite_url: str) -> None:
+    with freeze_time("2026-05-01 09:00:00") as frozen:
+        queue = DatabaseQueue.from_url(sqlite_url, reservation=10)
+        for n in range(5):
+            queue.push(QueuedJob(id=f"j{n}", name="x", queue="default", payload={}, available_at=0))
+        held = queue.reserve_many(["default"], 5)
+        statements: list[str] = []
+        queue._backend.db.connection.set_trace_callback(statements.append)
+        queue.extend(held, 10)
+        queue._backend.db.connection.set_trace_callback(None)
+        assert len([s for s in statements if s.startswith("UPDATE")]) == 1
+        frozen.tick(8)
+        queue.extend(held, 10)
+        frozen.tick(8)
+        assert queue.reclaim_expired() == 0
+        frozen.tick(3)
+        assert queue.reclaim_expired() == 5
+        queue.close()
+
+
+# -- locks and unique jobs -------------------------------------------------------------------------
+
+
+def test_lock_store_owner_semantics(db_url: str) -> None:
+    with freeze_time("2026-05-01 09:00:00") as frozen:
+        locks = LazyLockStore.from_url(db_url)
+        assert isinstance(locks, DatabaseLockStore)
+        assert locks.acquire("k", "alice", 10) is True
+        assert locks.acquire("k", "bob", 10) is False
+        assert locks.owner("k") == "alice"
+        assert locks.release("k", "bob") is False
+        assert locks.renew("k", "bob", 10) is False
+        frozen.tick(8)
+        assert locks.renew("k", "alice", 10) is True
+        frozen.tick(8)
+        assert locks.owner("k") == "alice"
+        frozen.tick(3)
+        assert locks.owner("k") is None
+        assert locks.acquire("k", "bob", 10) is True, "an expired lock is taken over"
+        assert locks.release("k", "alice") is False
+        assert locks.release("k", "bob") is True
+        assert locks.owner("k") is None
+        locks.close()
+
+
+def test_unique_jobs_are_deduplicated_until_done(db_url: str) -> None:
+    manager = make_manager(db_url)
+    first = manager.dispatch(Once("report-7"))
+    assert first is not None
+    assert manager.dispatch(Once("report-7")) is None
+    assert manager.dispatch(Once("report-8")) is not None
+    assert once(manager).processed == 2
+    assert manager.dispatch(Once("report-7")) is not None, "the lock is released once the job succeeded"
+    manager.close()
+
+
+# -- waking an idle worker ------------------------------------------------------------------------
+
+
+def _wait_in_thread(queue: DatabaseQueue, waker: Waker) -> tuple[threading.Thread, list[float]]:
+    took: list[float] = []
+
+    def wait() -> None:
+        started = time.monotonic()
+        queue.wait_for_jobs(["default"], 20.0, waker)
+        took.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    return thread, took
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_an_idle_wait_ends_when_another_process_dispatches(dialect: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue("sqlite_url" if dialect == "sqlite" else "pg_url")
+    worker_side = DatabaseQueue.from_url(url)
+    producer = DatabaseQueue.from_url(url)  # its own connection, as another process would have
+    waker = Waker()
+    thread, took = _wait_in_thread(worker_side, waker)
+    time.sleep(0.2)  # let the wait begin (it must be waiting, not just starting)
+    producer.push(QueuedJob(id="wake", name="x", queue="default", payload={}, available_at=0))
+    thread.join(10)
+    assert took and took[0] < 10, "the wait should end on the dispatch, not at its 20 s timeout"
+    producer.close()
+    worker_side.close()
+    waker.close()
+
+
+def test_an_idle_wait_ends_on_the_waker(sqlite_url: str) -> None:
+    queue = DatabaseQueue.from_url(sqlite_url)
+    waker = Waker()
+    thread, took = _wait_in_thread(queue, waker)
+    waker.set()
+    thread.join(10)
+    assert took and took[0] < 10
+    queue.close()
+    waker.close()
+
+
+# -- reconnecting ----------------------------------------------------------------------------------
+
+
+def test_a_terminated_postgres_connection_is_reopened(pg_url: str) -> None:
+    import psycopg
+
+    queue = DatabaseQueue.from_url(pg_url, application_name="rainier-reconnect-test")
+    queue.push(QueuedJob(id="before", name="x", queue="default", payload={}, available_at=0))
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+            ("rainier-reconnect-test",),
+        ).fetchone()
+    assert killed is not None and killed[0] == 1
+    queue.push(QueuedJob(id="after", name="x", queue="default", payload={}, available_at=0))
+    assert sorted(j.id for j in queue.reserve_many(["default"], 5)) == ["after", "before"]
+    queue.close()
+
+
+# -- the claim's plan ------------------------------------------------------------------------------------
+
+
+def test_the_claim_uses_the_partial_index_with_a_large_backlog(pg_url: str, sqlite_url: str) -> None:
+    jobs = [QueuedJob(id=f"b{n}", name="x", queue="default", payload={}, available_at=n) for n in range(20_000)]
+    pg = DatabaseQueue.from_url(pg_url)
+    pg.push_many(jobs)
+    pg._backend.execute("ANALYZE rainier_jobs")
+    plan = "\n".join(
+        r[0]
+        for r in pg._backend.query(
+            "EXPLAIN SELECT seq FROM rainier_jobs WHERE queue = 'default' AND reserved_at IS NULL "
+            "AND available_at <= 1e12 ORDER BY priority, available_at, seq LIMIT 8 FOR UPDATE SKIP LOCKED"
+        )
+    )
+    assert "rainier_jobs_ready" in plan and "Seq Scan" not in plan, plan
+    pg.close()
+    lite = DatabaseQueue.from_url(sqlite_url)
+    lite.push_many(jobs)
+    plan = " ".join(
+        str(r[-1])
+        for r in lite._backend.query(
+            "EXPLAIN QUERY PLAN SELECT seq FROM rainier_jobs WHERE queue = 'default' AND reserved_at IS NULL "
+            "AND available_at <= 1e12 ORDER BY priority, available_at, seq LIMIT 8"
+        )
+    )
+    assert "USING INDEX rainier_jobs_ready" in plan and "TEMP B-TREE" not in plan, plan
+    lite.close()
