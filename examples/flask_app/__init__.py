@@ -1,0 +1,106 @@
+"""A small Flask app that queues a welcome email when someone signs up.
+
+Development (the worker runs in a thread of the web process)::
+
+    EMBEDDED_WORKER=1 flask --app examples.flask_app run --debug
+
+Production (the web process only dispatches; workers run on their own)::
+
+    flask --app examples.flask_app queue migrate
+    gunicorn 'examples.flask_app:create_app()'
+    flask --app examples.flask_app queue work --queue mail,default
+
+Both use one SQLite file for the app's own table and for the queue, so the
+signup and its welcome job are written in the same transaction: either both
+are stored or neither is. The dashboard is at ``/queues`` for a visitor who
+logged in at ``/login`` with ``DASHBOARD_PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import pathlib
+from contextlib import closing
+from typing import Any, Mapping
+
+from flask import Flask, abort, redirect, render_template, request, session, url_for
+from werkzeug.wrappers import Response
+
+from rainier_sync import Container, JobRegistry, QueueManager
+from rainier_sync.drivers import DatabaseQueue
+from rainier_sync.flask import RainierSync
+
+from .jobs import Mailer, SendWelcome, open_db
+
+queues = RainierSync(dashboard_url="/queues")
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    app = Flask(__name__)
+    app.config.from_mapping(
+        SECRET_KEY=os.environ.get("SECRET_KEY", "development only: set SECRET_KEY"),
+        APP_DATABASE=os.environ.get("APP_DATABASE", str(pathlib.Path(app.instance_path) / "app.sqlite3")),
+        DASHBOARD_PASSWORD=os.environ.get("DASHBOARD_PASSWORD", ""),
+        EMBEDDED_WORKER=os.environ.get("EMBEDDED_WORKER", "") == "1",
+    )
+    if config:
+        app.config.update(config)
+    database = pathlib.Path(app.config["APP_DATABASE"]).resolve()
+    database.parent.mkdir(parents=True, exist_ok=True)
+
+    queue = DatabaseQueue.from_url(f"sqlite:///{database}", reservation=60)
+    queue.migrate()
+    with closing(open_db(str(database))) as db, db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS signups (id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+            "email TEXT NOT NULL, welcomed_at TEXT)"
+        )
+    container = Container().singleton(Mailer, lambda: Mailer())
+    manager = QueueManager(
+        connections={"main": queue}, registry=JobRegistry().with_job(SendWelcome), container=container
+    )
+    queues.init_app(app, manager=manager, authorize=lambda: session.get("dashboard") is True)
+    app.register_blueprint(_pages(), url_prefix="")
+
+    if app.config["EMBEDDED_WORKER"]:
+        queues.start_worker(app, queues=["mail", "default"], concurrency=2)
+    return app
+
+
+def _pages() -> Any:
+    from flask import Blueprint
+
+    pages = Blueprint("signups", __name__)
+
+    @pages.get("/")
+    def home() -> str:
+        with closing(open_db()) as db:
+            rows = db.execute("SELECT name, email, welcomed_at FROM signups ORDER BY id DESC LIMIT 20").fetchall()
+        return render_template("signup.html", signups=rows)
+
+    @pages.post("/signup")
+    def signup() -> Response:
+        name = request.form.get("name", "").strip()
+        email = request.form.get("email", "").strip()
+        if not name or "@" not in email:
+            abort(400, description="a name and an email address are needed")
+        with closing(open_db()) as db, db:  # one transaction: the signup and its welcome job commit together
+            cursor = db.execute("INSERT INTO signups (name, email) VALUES (?, ?)", (name, email))
+            queues.manager.pending(SendWelcome(signup_id=int(cursor.lastrowid or 0))).within(db).send()
+        return redirect(url_for("signups.home"), code=303)
+
+    @pages.route("/login", methods=["GET", "POST"])
+    def login() -> Any:
+        from flask import current_app
+
+        if request.method == "POST":
+            expected = current_app.config["DASHBOARD_PASSWORD"]
+            given = request.form.get("password", "")
+            if expected and hmac.compare_digest(given.encode(), expected.encode()):
+                session["dashboard"] = True
+                return redirect(url_for("rainier_sync.index"), code=303)
+            abort(403)
+        return render_template("login.html")
+
+    return pages

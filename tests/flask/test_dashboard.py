@@ -1,0 +1,209 @@
+"""The dashboard through Flask's test client: authorisation, CSRF, escaping, counts, actions."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from rainier_sync import QueueManager, WorkerOptions
+from rainier_sync.drivers import MemoryQueue
+from rainier_sync.flask import FlaskWorker
+from rainier_sync.flask.dashboard import CSRF_SESSION_KEY
+
+from .apps import Explode, RecordApp, fail_jobs, make_app
+
+SCRIPT = "<script>alert('owned')</script>"
+
+
+@pytest.fixture
+def allowed() -> Iterator[tuple[Flask, QueueManager]]:
+    yield make_app(authorize=lambda: True)
+
+
+def memory(manager: QueueManager) -> MemoryQueue:
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    return driver
+
+
+def token_of(client: FlaskClient) -> str:
+    page = client.get("/queues/").get_data(as_text=True)
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found, "the page carries no CSRF token"
+    return found.group(1)
+
+
+# -- authorisation ----------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/queues/", "/queues/static/dashboard.css", "/queues/primary/failed/x"])
+def test_every_request_is_refused_until_the_app_gives_an_authorisation_callback(path: str) -> None:
+    app, _ = make_app()
+    client = app.test_client()
+    assert client.get(path).status_code == 403
+    assert client.post("/queues/primary/failed/x/retry").status_code == 403
+
+
+def test_a_callback_saying_no_is_a_403_and_it_sees_the_request() -> None:
+    from flask import request
+
+    app, _ = make_app(authorize=lambda: request.headers.get("X-Admin") == "yes")
+    client = app.test_client()
+    assert client.get("/queues/").status_code == 403
+    assert client.get("/queues/", headers={"X-Admin": "no"}).status_code == 403
+    assert client.get("/queues/", headers={"X-Admin": "yes"}).status_code == 200
+
+
+def test_not_mounted_when_dashboard_url_is_none() -> None:
+    from rainier_sync.flask import RainierSync
+
+    app = Flask("no_dashboard")
+    RainierSync(app, manager=QueueManager(connections={"m": MemoryQueue()}), authorize=lambda: True, dashboard_url=None)
+    assert app.test_client().get("/queues/").status_code == 404
+
+
+# -- what it shows -------------------------------------------------------------------------------
+def test_counts_per_connection_and_queue(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    fail_jobs(manager, "first", "second")
+    manager.dispatch(RecordApp("ready-1"))
+    manager.dispatch(RecordApp("ready-2"))
+    manager.dispatch_after(600, RecordApp("later"))
+    memory(manager).reserve_many(["default"], 1)
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert 'id="connection-primary"' in page
+    row = re.search(r'<tr data-queue="default">(.*?)</tr>', page, re.S)
+    assert row is not None
+    cells = dict(re.findall(r'<td class="(ready|delayed|reserved|failed)">(\d+)</td>', row.group(1)))
+    assert cells == {"ready": "1", "delayed": "1", "reserved": "1", "failed": "0"}
+    mail = re.search(r'<tr data-queue="mail">(.*?)</tr>', page, re.S)
+    assert mail is not None
+    assert '<td class="failed">2</td>' in mail.group(1)
+    assert page.count('class="failed-job"') == 2
+    assert "RuntimeError: first" in page
+
+
+def test_throughput_chart_counts_jobs_run_by_a_worker_in_this_process(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    for label in ("a", "b", "c"):
+        manager.dispatch(RecordApp(label))
+    manager.dispatch(Explode("x"))
+    FlaskWorker(app, options=WorkerOptions(queues=["default", "mail"], once=True)).run()
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    svg = re.search(r'<svg id="throughput".*?</svg>', page, re.S)
+    assert svg is not None
+    assert "3 processed, 1 failed" in svg.group(0)
+    assert "peak 4/min" in svg.group(0)
+
+
+def test_another_apps_worker_is_not_counted(allowed: tuple[Flask, QueueManager]) -> None:
+    app, _ = allowed
+    other_app, other = make_app(name="other")
+    other.dispatch(RecordApp("elsewhere"))
+    FlaskWorker(other_app, options=WorkerOptions(once=True)).run()
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert "peak 0/min" in page
+
+
+def test_nothing_is_fetched_from_elsewhere_and_scripts_are_forbidden(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    fail_jobs(manager, "x")
+    response = app.test_client().get("/queues/")
+    page = response.get_data(as_text=True)
+    assert "<script" not in page
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    policy = response.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "script-src" not in policy
+
+
+def test_failed_job_detail_page(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    [job_id] = fail_jobs(manager, "detail please")
+    page = app.test_client().get(f"/queues/primary/failed/{job_id}")
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert "tests.flask.explode" in text
+    assert "RuntimeError: detail please" in text
+    assert "Traceback (most recent call last)" in text
+    assert "&#34;message&#34;: &#34;detail please&#34;" in text
+    assert app.test_client().get("/queues/primary/failed/nope").status_code == 404
+    assert app.test_client().get(f"/queues/elsewhere/failed/{job_id}").status_code == 404
+
+
+def test_script_in_a_payload_and_an_error_is_escaped(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    [job_id] = fail_jobs(manager, SCRIPT)
+    client = app.test_client()
+    for path in ("/queues/", f"/queues/primary/failed/{job_id}"):
+        text = client.get(path).get_data(as_text=True)
+        assert SCRIPT not in text
+        assert "<script" not in text
+        assert "&lt;script&gt;alert(" in text
+
+
+# -- actions and CSRF ---------------------------------------------------------------------------------
+def test_retry_needs_the_sessions_csrf_token(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    [job_id] = fail_jobs(manager, "retry me")
+    client = app.test_client()
+    token = token_of(client)
+    url = f"/queues/primary/failed/{job_id}/retry"
+
+    assert client.post(url).status_code == 400
+    assert client.post(url, data={"csrf_token": "forged"}).status_code == 400
+    stranger = app.test_client()
+    assert stranger.post(url, data={"csrf_token": token}).status_code == 400, "a token from another session"
+    assert [f.id for f in memory(manager).failed] == [job_id], "a refused POST changed something"
+
+    done = client.post(url, data={"csrf_token": token})
+    assert done.status_code == 303
+    assert memory(manager).failed == []
+    assert [job.id for job in memory(manager).jobs] == [job_id]
+    after = client.get(done.headers["Location"]).get_data(as_text=True)
+    assert f"Job {job_id} was queued again." in after
+    assert 'class="failed-job"' not in after
+
+
+def test_forget_with_the_token_in_a_header(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    [job_id] = fail_jobs(manager, "forget me")
+    client = app.test_client()
+    token = token_of(client)
+    done = client.post(f"/queues/primary/failed/{job_id}/forget", headers={"X-CSRF-Token": token})
+    assert done.status_code == 303
+    assert memory(manager).failed == [] and memory(manager).jobs == []
+    again = client.post(f"/queues/primary/failed/{job_id}/forget", headers={"X-CSRF-Token": token})
+    assert "notice=missing" in again.headers["Location"]
+
+
+def test_a_session_without_a_token_is_refused_even_with_an_empty_one(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    [job_id] = fail_jobs(manager, "x")
+    client = app.test_client()
+    with client.session_transaction() as session:
+        session[CSRF_SESSION_KEY] = ""
+    assert client.post(f"/queues/primary/failed/{job_id}/retry", data={"csrf_token": ""}).status_code == 400
+
+
+def test_no_secret_key_is_a_clear_error() -> None:
+    app, manager = make_app(authorize=lambda: True)
+    app.secret_key = None
+    app.config["SECRET_KEY"] = None
+    fail_jobs(manager, "x")
+    app.config["PROPAGATE_EXCEPTIONS"] = True
+    with pytest.raises(RuntimeError, match="secret_key"):
+        app.test_client().get("/queues/")
+
+
+def test_an_unreachable_connection_is_reported_not_fatal() -> None:
+    class Broken(MemoryQueue):
+        def failed_jobs(self, limit: int = 50) -> list:  # type: ignore[type-arg]
+            raise ConnectionError("backend down")
+
+    manager = QueueManager(connections={"ok": MemoryQueue(), "down": Broken()}, default="ok")
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    response = app.test_client().get("/queues/")
+    assert response.status_code == 200
+    assert "This connection could not be read: ConnectionError: backend down" in response.get_data(as_text=True)

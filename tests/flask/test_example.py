@@ -1,0 +1,114 @@
+"""examples/flask_app: dispatch on a form submit, transactional with the signup,
+worked by an embedded thread or by ``flask queue work`` in another process."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from examples.flask_app import create_app
+from examples.flask_app.jobs import Mailer, SendWelcome
+from rainier_sync.flask import get_state
+from tests.support import wait_until
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def app(tmp_path: pathlib.Path) -> Iterator[Flask]:
+    app = create_app({"APP_DATABASE": str(tmp_path / "app.sqlite3"), "DASHBOARD_PASSWORD": "s3cret", "TESTING": True})
+    yield app
+    for worker in get_state(app).workers:
+        worker.stop()
+        worker.join(10)
+    get_state(app).manager.close()
+
+
+def rows(app: Flask, sql: str) -> list[Any]:
+    with closing(sqlite3.connect(app.config["APP_DATABASE"])) as db:
+        return db.execute(sql).fetchall()
+
+
+def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask) -> None:
+    client = app.test_client()
+    assert client.post("/signup", data={"name": "Ada", "email": "ada@example.com"}).status_code == 303
+    assert "welcome queued" in client.get("/").get_data(as_text=True)
+    assert get_state(app).manager.connection().size("mail") == 1
+
+    result = app.test_cli_runner().invoke(args=["queue", "work", "--once", "--queue", "mail"])
+    assert result.exit_code == 0, result.output
+    assert "processed 1" in result.output
+    [(welcomed_at,)] = rows(app, "SELECT welcomed_at FROM signups")
+    assert welcomed_at is not None
+    assert get_state(app).manager.container.resolve(Mailer).sent == [("ada@example.com", "Welcome, Ada!")]
+
+
+def test_bad_input_is_refused_and_nothing_is_queued(app: Flask) -> None:
+    assert app.test_client().post("/signup", data={"name": "", "email": "nope"}).status_code == 400
+    assert rows(app, "SELECT count(*) FROM signups") == [(0,)]
+    assert get_state(app).manager.connection().size() == 0
+
+
+def test_the_job_rolls_back_with_the_signup(app: Flask) -> None:
+    manager = get_state(app).manager
+    with app.app_context(), pytest.raises(RuntimeError, match="after the dispatch"):
+        with closing(sqlite3.connect(app.config["APP_DATABASE"])) as db, db:
+            db.execute("INSERT INTO signups (name, email) VALUES ('Bob', 'bob@example.com')")
+            manager.pending(SendWelcome(signup_id=1)).within(db).send()
+            raise RuntimeError("the request failed after the dispatch")
+    assert rows(app, "SELECT count(*) FROM signups") == [(0,)]
+    assert manager.connection().size() == 0
+
+
+def test_the_dashboard_needs_the_login(app: Flask) -> None:
+    client = app.test_client()
+    assert client.get("/queues/").status_code == 403
+    assert client.post("/login", data={"password": "wrong"}).status_code == 403
+    assert client.get("/queues/").status_code == 403
+    assert client.post("/login", data={"password": "s3cret"}).status_code == 303
+    client.post("/signup", data={"name": "Ada", "email": "ada@example.com"})
+    page = client.get("/queues/").get_data(as_text=True)
+    assert '<tr data-queue="mail">' in page
+    assert "main <small>database" in page
+
+
+def test_embedded_worker_for_development(tmp_path: pathlib.Path) -> None:
+    app = create_app({"APP_DATABASE": str(tmp_path / "dev.sqlite3"), "EMBEDDED_WORKER": True})
+    [worker] = get_state(app).workers
+    try:
+        app.test_client().post("/signup", data={"name": "Grace", "email": "grace@example.com"})
+        wait_until(
+            lambda: rows(app, "SELECT welcomed_at FROM signups")[0][0] is not None,
+            timeout=10,
+            message="the embedded worker to send the welcome",
+        )
+    finally:
+        worker.stop()
+        worker.join(10)
+    assert worker.stats.processed == 1
+
+
+def test_a_worker_in_another_process_for_production(app: Flask) -> None:
+    app.test_client().post("/signup", data={"name": "Linus", "email": "linus@example.com"})
+    env = {**os.environ, "APP_DATABASE": app.config["APP_DATABASE"]}
+    done = subprocess.run(
+        [sys.executable, "-m", "flask", "--app", "examples.flask_app", "queue", "work", "--once", "--queue", "mail"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "processed 1" in done.stderr
+    [(welcomed_at,)] = rows(app, "SELECT welcomed_at FROM signups")
+    assert welcomed_at is not None
