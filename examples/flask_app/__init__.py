@@ -27,8 +27,7 @@ from typing import Any, Mapping
 from flask import Flask, abort, redirect, render_template, request, session, url_for
 from werkzeug.wrappers import Response
 
-from rainier_sync import Container, JobRegistry, QueueManager
-from rainier_sync.drivers import DatabaseQueue
+from rainier_sync import Container, JobRegistry
 from rainier_sync.flask import RainierSync
 
 from .jobs import Mailer, SendWelcome, open_db
@@ -49,18 +48,22 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     database = pathlib.Path(app.config["APP_DATABASE"]).resolve()
     database.parent.mkdir(parents=True, exist_ok=True)
 
-    queue = DatabaseQueue.from_url(f"sqlite:///{database}", reservation=60)
-    queue.migrate()
+    # The queue is booted from app.config: QUEUE_DRIVER and the settings beside it.
+    app.config.setdefault("QUEUE_DRIVER", "database")
+    app.config.setdefault("DATABASE_URL", f"sqlite:///{database}")
     with closing(open_db(str(database))) as db, db:
         db.execute(
             "CREATE TABLE IF NOT EXISTS signups (id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
             "email TEXT NOT NULL, welcomed_at TEXT)"
         )
-    container = Container().singleton(Mailer, lambda: Mailer())
-    manager = QueueManager(
-        connections={"main": queue}, registry=JobRegistry().with_job(SendWelcome), container=container
+    queues.init_app(
+        app,
+        registry=JobRegistry().with_job(SendWelcome),
+        container=Container().singleton(Mailer, lambda: Mailer()),
+        authorize=lambda: session.get("dashboard") is True,
     )
-    queues.init_app(app, manager=manager, authorize=lambda: session.get("dashboard") is True)
+    with app.app_context():
+        queues.manager.connection().migrate()  # idempotent; production runs `flask queue migrate` too
     app.register_blueprint(_pages(), url_prefix="")
 
     if app.config["EMBEDDED_WORKER"]:

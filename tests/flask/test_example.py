@@ -78,7 +78,7 @@ def test_the_dashboard_needs_the_login(app: Flask) -> None:
     client.post("/signup", data={"name": "Ada", "email": "ada@example.com"})
     page = client.get("/queues/").get_data(as_text=True)
     assert '<tr data-queue="mail">' in page
-    assert "main <small>database" in page
+    assert "database <small>database" in page
 
 
 def test_embedded_worker_for_development(tmp_path: pathlib.Path) -> None:

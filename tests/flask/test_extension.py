@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
+import pathlib
 import threading
-from collections.abc import Iterator
 
 import pytest
 from flask import Flask
 
 import rainier_sync
 from rainier_sync import ConfigurationError, NoQueueConfiguredError, QueueManager, WorkerOptions
-from rainier_sync.drivers import MemoryQueue
+from rainier_sync.drivers import DatabaseQueue, MemoryQueue
 from rainier_sync.flask import EXTENSION_KEY, FlaskWorker, RainierSync, get_state
 
-from .apps import SEEN, SEEN_LOCK, Explode, RecordApp, TimedReport, fail_jobs, make_app, registry
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    previous = rainier_sync.set_instance(None)
-    with SEEN_LOCK:
-        SEEN.clear()
-    yield
-    rainier_sync.set_instance(previous)
+from .apps import SEEN, Explode, RecordApp, TimedReport, fail_jobs, make_app, registry
 
 
 def test_state_lives_in_app_extensions_and_one_extension_serves_two_apps() -> None:
@@ -108,6 +99,61 @@ def test_a_timed_attempt_in_a_child_process_sees_the_app_and_failed_runs_in_one(
     assert isinstance(driver, MemoryQueue)
     assert driver.failed[0].error == "RuntimeError: child saw app timed_app"
     assert SEEN == [{"label": "failed-hook", "app": "timed_app"}]
+
+
+def test_queue_driver_in_app_config_boots_the_queue_from_app_config(tmp_path: pathlib.Path) -> None:
+    app = Flask("from_config")
+    app.config.update(QUEUE_DRIVER="database", DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.sqlite3'}")
+    RainierSync(app, registry=registry())
+    manager = get_state(app).manager
+    try:
+        driver = manager.connection()
+        assert isinstance(driver, DatabaseQueue)
+        assert (manager.default, driver.dialect) == ("database", "sqlite")
+        driver.migrate()
+        with app.app_context():
+            job_id = rainier_sync.dispatch(RecordApp("configured"))
+        assert FlaskWorker(app, options=WorkerOptions(once=True)).run().processed == 1
+        assert SEEN[0]["app"] == "from_config" and job_id
+    finally:
+        manager.close()
+
+
+def test_settings_come_from_app_config_not_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "sqlite:///from-the-environment.sqlite3")
+    app = Flask("no_url")
+    app.config["QUEUE_DRIVER"] = "database"
+    with pytest.raises(ConfigurationError, match="DATABASE_URL is not set"):
+        RainierSync(app)
+
+
+def test_a_rainier_queues_section_in_app_config() -> None:
+    app = Flask("sectioned")
+    app.config["RAINIER_QUEUES"] = {
+        "default": "fast",
+        "connections": {"fast": {"driver": "memory"}, "other": {"driver": "memory"}},
+    }
+    RainierSync(app, registry=registry())
+    manager = get_state(app).manager
+    assert manager.default == "fast"
+    assert sorted(manager.connections) == ["fast", "other"]
+    assert all(isinstance(d, MemoryQueue) for d in manager.connections.values())
+
+
+def test_a_rainier_queues_toml_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "queues.toml"
+    path.write_text('default = "jobs"\n\n[connections.jobs]\ndriver = "memory"\n')
+    app = Flask("toml")
+    app.config["RAINIER_QUEUES"] = str(path)
+    RainierSync(app, registry=registry())
+    assert isinstance(get_state(app).manager.connection("jobs"), MemoryQueue)
+
+
+def test_a_config_mistake_fails_at_boot_naming_it() -> None:
+    app = Flask("typo")
+    app.config["QUEUE_DRIVER"] = "memroy"
+    with pytest.raises(ConfigurationError, match="QUEUE_DRIVER=memroy"):
+        RainierSync(app)
 
 
 def test_explicit_manager_and_config_together_fail_at_boot() -> None:
