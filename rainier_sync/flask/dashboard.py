@@ -168,6 +168,7 @@ class Chart:
     bars: list[dict[str, Any]]
     peak: int
     backlog_points: str
+    backlog_dots: list[dict[str, Any]]
     backlog_peak: int
     backlog_last: int | None
     labels: list[dict[str, Any]]
@@ -195,23 +196,29 @@ def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> 
         if index % 5 == 0 or index == len(minutes) - 1:
             labels.append({"x": round(x + w / 2, 1), "text": stamp})
     samples = throughput.samples()
-    points = ""
     backlog_peak = max((q for _, q, _ in samples), default=0)
-    if len(samples) >= 1 and minutes:
+    dots: list[dict[str, Any]] = []
+    if minutes:
         start = minutes[0][0] * 60
-        span = max(len(minutes) * 60, 1)
+        span = len(minutes) * 60
         bscale = (height - 20) / backlog_peak if backlog_peak else 0.0
-        coords = []
-        for when, queued, _ in samples:
-            x = max(0.0, min(width, (when - start) / span * width))
-            coords.append(f"{x:.1f},{height - 14 - queued * bscale:.1f}")
-        points = " ".join(coords)
+        for when, queued, failed in samples:
+            stamp = datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc).strftime("%H:%M:%S")
+            dots.append(
+                {
+                    "x": round(max(0.0, min(width, (when - start) / span * width)), 1),
+                    "y": round(height - 14 - queued * bscale, 1),
+                    "title": f"{stamp} UTC: {queued} queued, {failed} failed",
+                }
+            )
+    points = " ".join(f"{d['x']},{d['y']}" for d in dots)
     return Chart(
         width=width,
         height=height,
         bars=bars,
         peak=peak,
         backlog_points=points,
+        backlog_dots=dots,
         backlog_peak=backlog_peak,
         backlog_last=samples[-1][1] if samples else None,
         labels=labels,

@@ -76,7 +76,7 @@ def test_counts_per_connection_and_queue(allowed: tuple[Flask, QueueManager]) ->
     assert 'id="connection-primary"' in page
     row = re.search(r'<tr data-queue="default">(.*?)</tr>', page, re.S)
     assert row is not None
-    cells = dict(re.findall(r'<td class="(ready|delayed|reserved|failed)">(\d+)</td>', row.group(1)))
+    cells = dict(re.findall(r'<td class="(ready|delayed|reserved|failed)[^"]*">(\d+)</td>', row.group(1)))
     assert cells == {"ready": "1", "delayed": "1", "reserved": "1", "failed": "0"}
     mail = re.search(r'<tr data-queue="mail">(.*?)</tr>', page, re.S)
     assert mail is not None
@@ -96,6 +96,24 @@ def test_throughput_chart_counts_jobs_run_by_a_worker_in_this_process(allowed: t
     assert svg is not None
     assert "3 processed, 1 failed" in svg.group(0)
     assert "peak 4/min" in svg.group(0)
+    assert re.search(r"<circle [^>]*><title>[^<]*: 0 queued, 1 failed</title>", svg.group(0)), "no backlog sample"
+
+
+def test_the_backlog_is_sampled_when_the_page_is_viewed(allowed: tuple[Flask, QueueManager]) -> None:
+    from freezegun import freeze_time
+
+    app, manager = allowed
+    client = app.test_client()
+    with freeze_time("2026-03-01 12:00:00") as frozen:
+        manager.dispatch(RecordApp("one"))
+        client.get("/queues/")
+        manager.dispatch(RecordApp("two"))
+        frozen.tick(2)
+        client.get("/queues/")  # too soon after the last sample: not recorded
+        frozen.tick(60)
+        page = client.get("/queues/").get_data(as_text=True)
+    titles = re.findall(r"<circle [^>]*><title>([^<]*)</title>", page)
+    assert titles == ["12:00:00 UTC: 1 queued, 0 failed", "12:01:02 UTC: 2 queued, 0 failed"]
 
 
 def test_another_apps_worker_is_not_counted(allowed: tuple[Flask, QueueManager]) -> None:
