@@ -25,6 +25,7 @@ import errno
 import importlib
 import logging
 import os
+import queue as queue_module
 import select
 import signal
 import socket
@@ -35,12 +36,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _clock, signals
 from ._execution import ABANDONED, Completion
-from .errors import ConfigurationError, JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
+from .errors import ConfigurationError, JobCrashedError, JobTimeoutError, PayloadError, RainierError, UnknownJobError
 from .job import JobContext
 from .types import ExceptionInfo, QueuedJob, decode, encode
 
 if TYPE_CHECKING:
     from .container import Container
+    from .manager import QueueManager
     from .registry import JobRegistry
     from .worker import Worker
 
@@ -232,7 +234,7 @@ class Supervisor:
             code = 1
             try:
                 parent_end.close()
-                _ForkServer(server_end, self.worker.registry, self.worker.container, self.child_setup).serve()
+                _ForkServer(server_end, self.worker, self.child_setup).serve()
                 code = 0
             except BaseException:  # noqa: BLE001 - a forked process must never unwind into the parent's code
                 try:
@@ -461,8 +463,25 @@ class Supervisor:
                 message = child.next_message(min(_SLICE, max(0.0, wake - now)))
             except EOFError:
                 return {"op": "crashed", "status": self._exit_status(child, 2.0)}
-            if message is not None and message.get("op") == "done":
+            if message is None:
+                continue
+            if message.get("op") == "done":
                 return message
+            if message.get("op") == "send":
+                child.send(self._dispatch_for_child(message))
+
+    def _dispatch_for_child(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Dispatch what a job in a child dispatched, through this process's manager."""
+        from . import manager as manager_module
+
+        try:
+            target = self.worker.manager if message.get("manager") == "worker" else manager_module.instance()
+            name = message.get("connection")
+            connection = target.connection(name).connection
+            jobs = [QueuedJob.from_wire(wire, connection=connection) for wire in message.get("jobs", ())]
+            return {"op": "sent", "ids": target._send(name, jobs)}
+        except Exception as exc:  # noqa: BLE001 - the job in the child gets the error
+            return {"op": "sent", "error": ExceptionInfo.from_exception(exc).to_dict()}
 
     def _stop_child(self, child: _Child) -> dict[str, Any]:
         """SIGTERM, a short grace, then SIGKILL. Returns the child's answer when
@@ -487,16 +506,9 @@ class Supervisor:
 
 
 class _ForkServer:
-    def __init__(
-        self,
-        control: socket.socket,
-        registry: JobRegistry,
-        container: Container,
-        child_setup: Callable[[], Any] | None,
-    ) -> None:
+    def __init__(self, control: socket.socket, worker: Worker, child_setup: Callable[[], Any] | None) -> None:
         self.control = control
-        self.registry = registry
-        self.container = container
+        self.worker = worker
         self.child_setup = child_setup
         self.children: set[int] = set()
 
@@ -553,7 +565,10 @@ class _ForkServer:
                 os.close(wake_read)
                 os.close(wake_write)
                 self.control.close()
-                _child_main(socket.socket(fileno=fd), self.registry, self.container, self.child_setup)
+                worker = self.worker
+                _child_main(
+                    socket.socket(fileno=fd), worker.registry, worker.container, worker.manager, self.child_setup
+                )
                 code = 0
             except BaseException:  # noqa: BLE001 - never unwind into the fork server's loop
                 pass
@@ -599,10 +614,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _child_main(
-    sock: socket.socket, registry: JobRegistry, container: Container, child_setup: Callable[[], Any] | None
+    sock: socket.socket,
+    registry: JobRegistry,
+    container: Container,
+    manager: QueueManager,
+    child_setup: Callable[[], Any] | None,
 ) -> None:
-    import queue as queue_module
-
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if child_setup is not None:
@@ -614,7 +631,9 @@ def _child_main(
                 raise TypeError(f"child_setup returned {type(made).__name__}, not a Container or None")
             container = made
     inbox: queue_module.SimpleQueue[tuple[dict[str, Any], threading.Event] | None] = queue_module.SimpleQueue()
+    replies: queue_module.SimpleQueue[dict[str, Any] | None] = queue_module.SimpleQueue()
     current: list[threading.Event] = [threading.Event()]
+    _forward_dispatches(sock, manager, replies)
 
     def read() -> None:
         buffer = bytearray()
@@ -624,6 +643,7 @@ def _child_main(
             except OSError:
                 data = b""
             if not data:
+                replies.put(None)
                 inbox.put(None)
                 return
             buffer += data
@@ -638,6 +658,8 @@ def _child_main(
                     inbox.put((message, current[0]))
                 elif message.get("op") == "stop":
                     current[0].set()
+                elif message.get("op") == "sent":
+                    replies.put(message)
 
     threading.Thread(target=read, name="rainier-child-reader", daemon=True).start()
     try:
@@ -656,6 +678,39 @@ def _child_main(
             if exc.errno in (errno.EPIPE, errno.ECONNRESET):
                 return
             raise
+
+
+def _forward_dispatches(
+    sock: socket.socket, manager: QueueManager, replies: queue_module.SimpleQueue[dict[str, Any] | None]
+) -> None:
+    """Make what a job dispatches from a child go through the worker's own manager
+    (its drivers, connections and lock store), not through this process's copy."""
+    from . import manager as manager_module
+
+    managers = {"worker": manager}
+    if manager_module._instance is not None and manager_module._instance is not manager:
+        managers["instance"] = manager_module._instance
+    lock = threading.Lock()
+
+    def forwarding(which: str, original: Callable[..., list[str | None]]) -> Callable[..., list[str | None]]:
+        def send(name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
+            if within is not None:  # the caller's own transaction lives in this process
+                return original(name, jobs, within)
+            request = {"op": "send", "manager": which, "connection": name, "jobs": [job.to_wire() for job in jobs]}
+            with lock:
+                sock.sendall(encode(request).encode() + b"\n")
+                reply = replies.get()
+            if reply is None:
+                raise RainierError("the worker went away before it took this dispatch")
+            if "error" in reply:
+                raise RainierError(f"the worker could not dispatch: {ExceptionInfo.from_dict(reply['error']).error}")
+            ids: list[str | None] = reply["ids"]
+            return ids
+
+        return send
+
+    for which, target in managers.items():
+        target._send = forwarding(which, target._send)  # type: ignore[method-assign]
 
 
 def _child_attempt(

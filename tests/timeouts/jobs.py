@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from rainier_sync import Container, Job, JobContext
+from rainier_sync import Container, Job, JobContext, QueueManager
 
 
 def note(path: str, text: str) -> None:
@@ -214,6 +214,35 @@ class FromContainer(Job):
         note(self.log, str(context.resolve("where")))
 
 
+@dataclass
+class OnceOnly(Job):
+    NAME = "timeouts.once-only"
+
+    key: str = "k"
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, f"once-only {os.getpid()}")
+
+    def unique_id(self) -> str | None:
+        return self.key
+
+
+@dataclass
+class Dispatcher(Job):
+    """Dispatches follow-ups from inside its child: through the worker's manager."""
+
+    NAME = "timeouts.dispatcher"
+    TIMEOUT = 10
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        manager = context.resolve(QueueManager)
+        ids = [manager.dispatch(OnceOnly(log=self.log)), manager.dispatch(OnceOnly(log=self.log))]
+        note(self.log, f"dispatched {ids[0] is not None} {ids[1] is None}")
+
+
 def child_setup() -> Container:
     """A ``child_setup`` hook: the child gets a container of its own."""
     return Container().instance("where", f"child-setup in {os.getpid()}")
@@ -234,4 +263,6 @@ ALL: tuple[type[Job], ...] = (
     Slow,
     Hog,
     FromContainer,
+    OnceOnly,
+    Dispatcher,
 )

@@ -12,6 +12,7 @@ import pytest
 from rainier_sync import Container, Job, JobRegistry, QueueManager, signals
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.errors import ConfigurationError
+from rainier_sync.locks import MemoryLockStore
 from rainier_sync.types import ExceptionInfo
 from rainier_sync.worker import Worker, WorkerOptions, WorkerStats
 from tests.support import wait_until
@@ -33,7 +34,10 @@ def manager(memory: MemoryQueue) -> QueueManager:
     registry = JobRegistry()
     for cls in jobs.ALL:
         registry.register(cls)
-    return QueueManager({"main": memory}, "main", registry, Container())
+    container = Container()
+    manager = QueueManager({"main": memory}, "main", registry, container, locks=MemoryLockStore())
+    container.instance(QueueManager, manager)
+    return manager
 
 
 @pytest.fixture(autouse=True)
@@ -253,6 +257,19 @@ def test_memory_limit_caps_the_child(manager: QueueManager, memory: MemoryQueue,
     assert info.kind == "MemoryError"
     manager.dispatch(jobs.Hog(megabytes=16))
     assert run_once(manager, concurrency=1).processed == 1
+
+
+def test_a_job_in_a_child_dispatches_through_the_worker_manager(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.Dispatcher(log=log))
+    stats = run_once(manager, concurrency=1)
+    # the follow-up reached the worker's own queue (not the child's copy of it),
+    # and the unique lock store deduplicated the second dispatch
+    assert stats.processed == 2 and memory.size() == 0
+    lines = jobs.notes(log)
+    assert lines[0] == "dispatched True True"
+    assert lines[1].startswith("once-only ") and int(lines[1].split()[1]) == os.getpid()
 
 
 def test_child_setup_gives_children_their_own_container(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
