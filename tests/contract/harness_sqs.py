@@ -49,7 +49,7 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
             make=make,
             reservation=RESERVATION,
             advance=time.sleep,
-            delay=2.0,
+            delay=1.0,
             lacks={
                 "order by priority": "SQS has no priority within a queue; put urgent jobs on their own queue "
                 "and list it first in the worker's queues",

@@ -18,6 +18,7 @@ suites (tansu's buckets) may be using.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from typing import Any, Iterator
@@ -59,6 +60,7 @@ class MotoServer:
     def start(self) -> str:
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         if self._server is None:
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
             server.start()

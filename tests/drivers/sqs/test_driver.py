@@ -1,0 +1,329 @@
+"""SqsQueue against moto's SQS server: batching, attempts, delays, FIFO, the failed queue."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import pytest
+
+import rainier_sync.drivers.sqs as sqs_module
+from rainier_sync import QueueManager, QueuedJob, _clock, signals
+from rainier_sync.drivers.sqs import SqsBatchError, SqsQueue, UnknownQueueError
+from rainier_sync.locks import MemoryLockStore
+from tests.support import wait_until
+
+from .conftest import Queues, count_calls
+from .jobs import Note
+
+pytestmark = pytest.mark.sqs
+
+_seq = 0
+
+
+def job(queue: str = "default", *, delay: float = 0.0, tries: int = 3, unique: str | None = None) -> QueuedJob:
+    global _seq
+    _seq += 1
+    now = _clock.now()
+    queued = QueuedJob(
+        id=f"j{_seq:05d}-{time.time_ns()}",
+        name="tests.sqs.note",
+        queue=queue,
+        payload={"tag": str(_seq)},
+        max_attempts=tries,
+        available_at=now + delay,
+        dispatched_at=now,
+    )
+    if unique is not None:
+        queued.unique_key, queued.unique_owner, queued.unique_for = unique, "owner", 60.0
+    return queued
+
+
+def reserve_eventually(q: SqsQueue, queues: list[str], timeout: float = 8.0) -> QueuedJob:
+    found: list[QueuedJob] = []
+    wait_until(lambda: bool(found.extend(q.reserve_many(queues, 1)) or found), timeout=timeout, interval=0.05)
+    return found[0]
+
+
+def test_a_job_for_a_queue_without_a_url_is_refused_at_dispatch(
+    queues: Queues, manager_for: Callable[..., QueueManager]
+) -> None:
+    q = queues.driver()
+    manager = manager_for(q)
+    with pytest.raises(UnknownQueueError, match=r"queue 'mail' has no SQS URL on connection 'sqs'.*queue_urls"):
+        manager.dispatch_on("mail", Note(tag="x"))
+
+    class MailNote(Note):
+        NAME = "tests.sqs.mail-note"
+        QUEUE = "mail"
+
+    with pytest.raises(UnknownQueueError, match="'mail'"):
+        manager.dispatch_many([Note(tag="fine"), MailNote(tag="nowhere")])
+    assert q.size("default") == 0, "a refused dispatch sends nothing, not even to the default queue"
+    with pytest.raises(UnknownQueueError):
+        q.reserve_many(["mail"], 1)
+
+
+def test_dispatch_many_sends_ten_per_call_and_receive_takes_ten(queues: Queues) -> None:
+    q = queues.driver()
+    calls = count_calls(q.client)
+    jobs = [job() for _ in range(25)]
+    assert q.push_many(jobs) == [j.id for j in jobs]
+    assert calls == {"SendMessageBatch": 3}
+    taken = q.reserve_many(["default"], 25)
+    assert sorted(j.id for j in taken) == sorted(j.id for j in jobs)
+    assert calls["ReceiveMessage"] == 3
+    q.acknowledge_many(taken)
+    assert calls["DeleteMessageBatch"] == 3
+    assert q.size("default") == 0
+    q.close()
+
+
+def test_a_batch_entry_sqs_fails_for_a_passing_reason_is_retried(queues: Queues) -> None:
+    # moto never fails one entry of a batch on its own; this wrapper makes it
+    # answer like SQS under throttling, once, for one entry.
+    q = queues.driver()
+    real = q.client.send_message_batch
+    seen: list[int] = []
+
+    def flaky(**kwargs: Any) -> Any:
+        entries = kwargs["Entries"]
+        seen.append(len(entries))
+        if len(seen) > 1:
+            return real(**kwargs)
+        response = real(**{**kwargs, "Entries": entries[1:]})
+        response.setdefault("Failed", []).append(
+            {"Id": entries[0]["Id"], "SenderFault": False, "Code": "InternalError", "Message": "try again"}
+        )
+        return response
+
+    q.client.send_message_batch = flaky
+    jobs = [job() for _ in range(4)]
+    q.push_many(jobs)
+    assert seen == [4, 1]
+    assert sorted(j.id for j in q.reserve_many(["default"], 10)) == sorted(j.id for j in jobs)
+    q.close()
+
+
+def test_a_batch_entry_sqs_refuses_is_reported_by_job_id(queues: Queues) -> None:
+    # As above: an entry refused as the sender's fault, as SQS would answer it.
+    q = queues.driver()
+    real = q.client.send_message_batch
+
+    def refuse_first(**kwargs: Any) -> Any:
+        entries = kwargs["Entries"]
+        response = real(**{**kwargs, "Entries": entries[1:]})
+        response.setdefault("Failed", []).append(
+            {"Id": entries[0]["Id"], "SenderFault": True, "Code": "InvalidMessageContents", "Message": "bad"}
+        )
+        return response
+
+    q.client.send_message_batch = refuse_first
+    jobs = [job() for _ in range(3)]
+    with pytest.raises(SqsBatchError) as caught:
+        q.push_many(jobs)
+    assert list(caught.value.failed) == [jobs[0].id]
+    assert "InvalidMessageContents" in str(caught.value) and jobs[0].id in str(caught.value)
+    assert sorted(caught.value.done) == sorted(j.id for j in jobs[1:])
+    assert q.size("default") == 2
+    q.close()
+
+
+def test_attempts_count_releases_and_receives(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=1)
+    q.push(job(tries=5))
+    first = reserve_eventually(q, ["default"])
+    assert first.attempts == 1
+    q.release(first, 0)
+    second = reserve_eventually(q, ["default"])
+    assert second.attempts == 2
+    # Never settled, as if its worker died: SQS hands it out again, and that counts.
+    third = reserve_eventually(q, ["default"])
+    assert (third.id, third.attempts) == (first.id, 3)
+    q.close()
+
+
+def test_a_job_whose_final_attempt_never_finished_goes_to_the_failed_queue(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=1)
+    failed_signals: list[dict[str, Any]] = []
+
+    def on_failed(sender: Any, **kw: Any) -> None:
+        failed_signals.append(kw)
+
+    signals.job_failed.connect(on_failed)
+    try:
+        q.push(job(tries=2))
+        assert reserve_eventually(q, ["default"]).attempts == 1  # its worker "dies"
+        assert reserve_eventually(q, ["default"]).attempts == 2  # and again, on the last attempt
+        wait_until(
+            lambda: not q.reserve_many(["default"], 5) and q.failed_count() == 1,
+            timeout=8,
+            interval=0.1,
+            message="the job in the failed queue",
+        )
+    finally:
+        signals.job_failed.disconnect(on_failed)
+    assert q.reserve_many(["default"], 5) == []
+    (failed,) = q.failed_jobs()
+    assert failed.exception.crashed and failed.attempts == 2
+    assert "attempt 2 of 2 never finished" in failed.error
+    assert failed_signals and failed_signals[0]["exception"].crashed
+    assert q.size("default") == 0
+    q.close()
+
+
+def test_a_long_delay_hops_and_never_arrives_early(queues: Queues, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SQS caps a message's delay at 15 minutes; the same path is shown with a 1 s cap.
+    monkeypatch.setattr(sqs_module, "MAX_DELAY", 1)
+    q = queues.driver()
+    calls = count_calls(q.client)
+    delayed = job(delay=2.2)
+    q.push(delayed)
+    got = reserve_eventually(q, ["default"], timeout=10)
+    assert _clock.now() >= delayed.available_at, "handed out before it was due"
+    assert got.id == delayed.id and got.attempts == 1, "a hop is not an attempt"
+    assert calls["SendMessage"] >= 2, "the delay was longer than one message's delay can be"
+    # A release longer than the cap is a re-send too; attempts carry over.
+    q.release(got, 1.5)
+    released_at = _clock.now()
+    again = reserve_eventually(q, ["default"], timeout=10)
+    assert _clock.now() >= released_at + 1.5
+    assert (again.id, again.attempts) == (got.id, 2)
+    q.close()
+
+
+def test_counts_tell_ready_delayed_and_reserved(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=30)
+    q.push_many([job(), job(), job(delay=60)])
+    reserve_eventually(q, ["default"])
+    counts = q.counts("default")
+    assert (counts.ready, counts.delayed, counts.reserved) == (1, 1, 1)
+    assert q.size() == 3
+    q.close()
+
+
+def test_unreadable_messages_are_discarded_to_the_failed_queue(queues: Queues) -> None:
+    q = queues.driver()
+    discarded: list[dict[str, Any]] = []
+
+    def on_discarded(sender: Any, **kw: Any) -> None:
+        discarded.append(kw)
+
+    q.client.send_message(QueueUrl=q.queue_urls["default"], MessageBody="not json at all")
+    q.client.send_message(QueueUrl=q.queue_urls["default"], MessageBody='{"no": "envelope"}')
+    good = job()
+    q.push(good)
+    signals.queue_message_discarded.connect(on_discarded)
+    try:
+        taken: list[QueuedJob] = []
+        wait_until(lambda: bool(taken.extend(q.reserve_many(["default"], 10)) or len(discarded) == 2), timeout=5)
+        taken.extend(q.reserve_many(["default"], 10))
+    finally:
+        signals.queue_message_discarded.disconnect(on_discarded)
+    assert [j.id for j in taken] == [good.id]
+    assert sorted(d["raw"] for d in discarded) == sorted(['{"no": "envelope"}', "not json at all"])
+    assert all(d["connection"] == q.connection and d["error"] for d in discarded)
+    failed = q.failed_jobs()
+    assert sorted(f.payload["raw"] for f in failed) == sorted(d["raw"] for d in discarded)
+    assert all(f.name == "(unreadable message)" for f in failed)
+    with pytest.raises(Exception, match="can only be forgotten"):
+        q.retry_failed(failed[0].id)
+    assert q.forget_failed(failed[0].id) is True
+    assert len(q.failed_jobs()) == 1
+    q.close()
+
+
+def test_failed_jobs_lists_newest_first_past_one_receive(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=30)
+    jobs = [job() for _ in range(23)]
+    q.push_many(jobs)
+    taken = []
+    while len(taken) < 23:
+        taken.extend(q.reserve_many(["default"], 10))
+    for index, reserved in enumerate(taken):
+        q.fail(reserved, f"broke #{index}")
+    listed = q.failed_jobs(limit=100)
+    assert len(listed) == 23 and q.failed_count() == 23
+    assert [f.failed_at for f in listed] == sorted((f.failed_at for f in listed), reverse=True)
+    assert listed[0].id == taken[-1].id
+    assert q.failed_jobs(limit=5) == listed[:5]
+    assert q.retry_failed(taken[3].id) is True
+    assert q.failed_count() == 22
+    again = reserve_eventually(q, ["default"])
+    assert (again.id, again.attempts) == (taken[3].id, 1)
+    q.close()
+
+
+def test_a_job_sqs_moved_by_its_redrive_policy_is_listed_as_failed(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=1)
+    arn = q.client.get_queue_attributes(QueueUrl=q.failed_queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    q.client.set_queue_attributes(
+        QueueUrl=q.queue_urls["default"],
+        Attributes={"RedrivePolicy": f'{{"deadLetterTargetArn": "{arn}", "maxReceiveCount": "1"}}'},
+    )
+    pushed = job(tries=5)
+    q.push(pushed)
+    reserve_eventually(q, ["default"])  # received once, never settled: SQS moves it on the next receive
+    wait_until(lambda: q.reserve_many(["default"], 1) == [] and q.failed_count() == 1, timeout=8, interval=0.2)
+    (failed,) = q.failed_jobs()
+    assert failed.id == pushed.id and "redrive policy" in failed.error
+    assert q.retry_failed(pushed.id) is True
+    q.client.set_queue_attributes(QueueUrl=q.queue_urls["default"], Attributes={"RedrivePolicy": ""})
+    assert reserve_eventually(q, ["default"]).id == pushed.id
+    q.close()
+
+
+def test_fifo_queue_groups_by_job_name_and_dedups_unique_jobs(queues: Queues) -> None:
+    q = queues.driver(fifo=True, visibility_timeout=30)
+    first, second = job(), job()
+    q.push_many([first, second])
+    q.push(job(unique="tests.sqs.note:7"))
+    q.push(job(unique="tests.sqs.note:7"))  # SQS drops it: same deduplication id
+    assert q.size("default") == 3
+    got = q.reserve_many(["default"], 10)
+    assert [j.id for j in got] == [first.id], "one at a time: the next of a group waits for this one"
+    assert q.reserve_many(["default"], 10) == [], "the group is locked while its job runs"
+    q.acknowledge(got[0])
+    assert [j.id for j in q.reserve_many(["default"], 10)] == [second.id]
+    with pytest.raises(ValueError, match="FIFO queue.*no per-message delay"):
+        q.push(job(delay=5))
+    q.close()
+
+
+def test_fifo_retry_of_a_failed_job_is_not_deduplicated_away(queues: Queues) -> None:
+    q = queues.driver(fifo=True, visibility_timeout=30)
+    pushed = job()
+    q.push(pushed)
+    got = q.reserve_many(["default"], 1)[0]
+    q.fail(got, "no")
+    assert q.retry_failed(pushed.id) is True
+    assert [j.id for j in q.reserve_many(["default"], 1)] == [pushed.id]
+    q.close()
+
+
+def test_a_message_too_big_for_sqs_is_refused_naming_the_job(queues: Queues) -> None:
+    q = queues.driver()
+    big = job()
+    big.payload = {"blob": "x" * 1_100_000}
+    with pytest.raises(ValueError, match=rf"{big.id}.*SQS takes at most"):
+        q.push_many([job(), big])
+    assert q.size("default") == 0
+    q.close()
+
+
+def test_unique_jobs_through_the_manager(queues: Queues, manager_for: Callable[..., QueueManager]) -> None:
+    q = queues.driver()
+    manager = manager_for(q, locks=MemoryLockStore())
+
+    class Once(Note):
+        NAME = "tests.sqs.once"
+
+        def unique_id(self) -> str | None:
+            return self.tag
+
+    manager.registry.register(Once)
+    assert manager.dispatch(Once(tag="a")) is not None
+    assert manager.dispatch(Once(tag="a")) is None
+    assert q.size("default") == 1
