@@ -40,8 +40,9 @@ from .base import BaseQueue, QueueDriver, Waker, as_job_list
 
 try:
     import confluent_kafka
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, NewTopic, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise DriverUnavailableError(
         "the Kafka driver needs confluent-kafka: pip install 'rainier_sync[kafka]'"
