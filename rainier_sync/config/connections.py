@@ -3,8 +3,6 @@ the environment, or built in Python with :class:`Connections`."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import math
 import os
@@ -16,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ..errors import ConfigurationError
 from .schema import (
-    _CLASS,
+    DEFAULT_PERIOD,
     DRIVERS,
     ENV_REFUSED,
     ENVIRONMENT,
@@ -106,27 +104,7 @@ class ConnectionConfig:
             return None
         if key in self.settings:
             return float(self.settings[key])
-        default = _default_of(self.driver, key)
-        if default is None:
-            raise ConfigurationError(f"{self.where()}: cannot tell its default {key}; declare {key}")
-        return default
-
-
-def _default_of(driver: str, key: str) -> float | None:
-    try:
-        if driver == "memory":
-            from ..drivers.memory import MemoryQueue
-
-            factory: Any = MemoryQueue
-        else:
-            cls = getattr(importlib.import_module(f"rainier_sync.drivers.{driver}"), _CLASS[driver])
-            factory = getattr(cls, "from_url", cls) if driver in ("database", "redis") else cls
-        default = inspect.signature(factory).parameters[key].default
-    except (ImportError, AttributeError, KeyError, ValueError, TypeError):
-        return None
-    if isinstance(default, timedelta):
-        return default.total_seconds()
-    return float(default) if isinstance(default, (int, float)) and not isinstance(default, bool) else None
+        return float(DEFAULT_PERIOD[self.driver])
 
 
 def _check_connection(name: Any, declaration: Any, source: _Source) -> ConnectionConfig:
@@ -182,6 +160,13 @@ def _check_together(config: ConnectionConfig) -> None:
     for key in REQUIRED.get(config.driver, ()):
         if key not in settings:
             raise ConfigurationError(f"{config.where()}: {label(key)} is required and not set")
+    if config.driver == "redis" and settings.get("reconnect") is not True:
+        for key in ("reconnect_attempts", "reconnect_max_backoff_ms"):
+            if key in settings:
+                raise ConfigurationError(
+                    f"{config.where(key)}: {label(key)} does nothing without {label('reconnect')} = true; "
+                    f"write {label('reconnect')} = true too, or remove it"
+                )
     if config.driver == "sqs":
         has_key, has_secret = "key" in settings, "secret" in settings
         if has_key != has_secret:

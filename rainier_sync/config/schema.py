@@ -6,9 +6,10 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable, Mapping
 
-__all__ = ["DRIVERS", "SETTINGS", "REQUIRED", "ENVIRONMENT", "PERIOD_KEY", "ENV_REFUSED", "refusal"]
+__all__ = ["DRIVERS", "SETTINGS", "REQUIRED", "ENVIRONMENT", "PERIOD_KEY", "DEFAULT_PERIOD", "ENV_REFUSED", "refusal"]
 
 DRIVERS = ("sync", "memory", "database", "redis", "sqs", "kafka")
 
@@ -35,6 +36,8 @@ def _int_text(text: str) -> Any:
 
 def _whole(minimum: int, maximum: int | None, unit: str) -> Callable[[Any], Any]:
     def check(value: Any) -> int:
+        if isinstance(value, timedelta) and unit == "seconds":
+            value = value.total_seconds()
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -187,6 +190,9 @@ ENVIRONMENT: dict[str, dict[str, tuple[str, ...]]] = {
 #: The period after which another worker may take a reserved job, per driver.
 PERIOD_KEY = {"memory": "reservation", "database": "reservation", "redis": "reservation",
               "sqs": "visibility_timeout", "kafka": "lease"}  # fmt: skip
+
+#: Each driver's default for that period, in seconds, when none is declared.
+DEFAULT_PERIOD = {"memory": 90, "database": 90, "redis": 90, "sqs": 30, "kafka": 90}
 
 _EXTRA = {"database": "postgres", "redis": "redis", "sqs": "sqs", "kafka": "kafka"}
 _CLASS = {"database": "DatabaseQueue", "redis": "RedisQueue", "sqs": "SqsQueue", "kafka": "KafkaQueue"}
