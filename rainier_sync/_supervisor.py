@@ -404,8 +404,9 @@ class Supervisor:
         reusable = False
         try:
             child.attempts += 1
+            handed = _clock.monotonic()  # the limit starts now: starting a child is not the job's time
             child.send({"op": "run", "job": queued.to_wire(), "connection": queued.connection})
-            outcome = self._await(child, timeout, stop_requested, started)
+            outcome = self._await(child, timeout, stop_requested, handed)
             reusable = outcome.get("op") == "done"
         except (OSError, ValueError) as exc:
             # the child cannot be talked to (or talks nonsense): stop it; the attempt counts as crashed
