@@ -330,7 +330,7 @@ def cmd_migrate(args: argparse.Namespace, out: IO[str]) -> int:
             continue
         result = migrate()
         if isinstance(result, (list, tuple)):
-            detail = f"applied {', '.join(map(str, result))}" if result else "already up to date"
+            detail = f"applied migration(s) {', '.join(map(str, result))}" if result else "already up to date"
         elif isinstance(result, int) and not isinstance(result, bool):
             detail = f"applied {result} migration(s)" if result else "already up to date"
         else:
