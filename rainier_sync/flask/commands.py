@@ -43,8 +43,12 @@ def _clear_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except click.ClickException:
+            raise
         except (RainierError, ValueError, TypeError, LookupError) as exc:
             raise click.ClickException(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - a backend that does not answer: one line, not a traceback
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__

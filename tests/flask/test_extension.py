@@ -272,3 +272,16 @@ def test_queue_migrate_with_no_database_connection_says_so() -> None:
     result = app.test_cli_runner().invoke(args=["queue", "migrate"])
     assert result.exit_code == 0
     assert "nothing to migrate" in result.output
+
+
+def test_a_backend_error_in_a_command_is_one_line_and_exit_code_1() -> None:
+    """A backend that raises stands in for one that does not answer (a stub: no real server is down on purpose)."""
+
+    class Down(MemoryQueue):
+        def reclaim_expired(self) -> int:
+            raise ConnectionError("connection refused")
+
+    app, _ = make_app(manager=QueueManager(connections={"down": Down()}))
+    result = app.test_cli_runner().invoke(args=["queue", "reclaim"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: ConnectionError: connection refused"
