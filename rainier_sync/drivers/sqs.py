@@ -195,7 +195,7 @@ class SqsQueue(BaseQueue):
                 + ("key was given without secret" if key is not None else "secret was given without key")
             )
         self.reservation: float = float(
-            math.ceil(_number("visibility_timeout", 30 if visibility_timeout is None else visibility_timeout, 1, 43000))
+            math.ceil(_number("visibility_timeout", 30 if visibility_timeout is None else visibility_timeout, 1, 43200))
         )
         self.wait_time: int = int(_number("wait_time", 20 if wait_time is None else wait_time, 0, 20))
         if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))):
