@@ -9,6 +9,7 @@ a queue of their own, ``failed_queue_url``, which this driver manages.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 import math
 import threading
@@ -24,9 +25,11 @@ from ..errors import ConfigurationError, DriverUnavailableError, JobCrashedError
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, QueueDriver, Waker, as_job_list
 
+boto3: Any
+_BotoConfig: Any
 try:
-    import boto3
-    from botocore.config import Config as _BotoConfig
+    boto3 = importlib.import_module("boto3")
+    _BotoConfig = importlib.import_module("botocore.config").Config
 except ImportError:  # pragma: no cover - exercised only without the extra
     boto3 = None
     _BotoConfig = None
@@ -562,7 +565,9 @@ class SqsQueue(BaseQueue):
         wait = max(0.0, float(delay))
         if wait <= MAX_DELAY or _is_fifo(receipt.url):
             self.client.change_message_visibility(
-                QueueUrl=receipt.url, ReceiptHandle=receipt.handle, VisibilityTimeout=min(MAX_VISIBILITY, math.ceil(wait))
+                QueueUrl=receipt.url,
+                ReceiptHandle=receipt.handle,
+                VisibilityTimeout=min(MAX_VISIBILITY, math.ceil(wait)),
             )
             return
         later = replace(job, receipt=None, available_at=_clock.now() + wait)
@@ -719,7 +724,9 @@ class SqsQueue(BaseQueue):
             failed = matches[0][0]
             if failed.job is None:
                 others.extend(handle for _, handle in matches)
-                raise PayloadError(f"failed message {id} is not a rainier_sync job (unreadable); it can only be forgotten")
+                raise PayloadError(
+                    f"failed message {id} is not a rainier_sync job (unreadable); it can only be forgotten"
+                )
             job = replace(failed.job, attempts=0, available_at=_clock.now(), receipt=None)
             url = self.url_of(job.queue)
             self.client.send_message(QueueUrl=url, **self._entry(job, url, _clock.now(), fresh_dedup=True))

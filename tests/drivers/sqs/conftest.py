@@ -11,7 +11,6 @@ from tests.services.moto import REGION, sqs_client_for, unique_queue_name
 from . import jobs
 
 
-
 @pytest.fixture(autouse=True)
 def _clear_runs() -> None:
     with jobs.lock:
@@ -29,9 +28,7 @@ class Queues:
     def create(self, name: str = "q", *, fifo: bool = False, **attributes: str) -> str:
         if fifo:
             attributes.setdefault("FifoQueue", "true")
-        url: str = self.client.create_queue(QueueName=unique_queue_name(name, fifo), Attributes=attributes)[
-            "QueueUrl"
-        ]
+        url: str = self.client.create_queue(QueueName=unique_queue_name(name, fifo), Attributes=attributes)["QueueUrl"]
         self.urls.append(url)
         return url
 

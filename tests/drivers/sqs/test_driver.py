@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pytest
 
 import rainier_sync.drivers.sqs as sqs_module
-from rainier_sync import QueueManager, QueuedJob, _clock, signals
+from rainier_sync import QueuedJob, QueueManager, _clock, signals
 from rainier_sync.drivers.sqs import SqsBatchError, SqsQueue, UnknownQueueError
 from rainier_sync.locks import MemoryLockStore
 from tests.support import wait_until

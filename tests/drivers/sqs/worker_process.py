@@ -1,6 +1,6 @@
 """A worker process on an SQS connection, for tests that kill it.
 
-    python -m tests.drivers.sqs.worker_process ENDPOINT QUEUE_URL FAILED_QUEUE_URL VISIBILITY
+python -m tests.drivers.sqs.worker_process ENDPOINT QUEUE_URL FAILED_QUEUE_URL VISIBILITY
 """
 
 from __future__ import annotations
