@@ -445,7 +445,7 @@ class KafkaQueue(BaseQueue):
         try:
             if value is None:
                 raise PayloadError("a record with no value (a tombstone) is not a job")
-            job = QueuedJob.from_wire(decode(value), connection=self.connection)
+            job = QueuedJob.decode(value, connection=self.connection)
         except (PayloadError, ValueError) as exc:
             self._discard(topic, partition, offset, queue, value, exc)
             return

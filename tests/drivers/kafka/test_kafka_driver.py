@@ -1,0 +1,174 @@
+"""The Kafka driver against tansu: configuration, commits, leases, rebalances, dead letters."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from rainier_sync import QueuedJob, _clock, signals
+from rainier_sync.errors import ConfigurationError, PayloadError
+from rainier_sync.locks import MemoryLockStore
+from tests.services.tansu import FAST_GROUP
+from tests.support import wait_until
+
+kafka = pytest.importorskip("rainier_sync.drivers.kafka")
+KafkaQueue = kafka.KafkaQueue
+
+
+def queued(queue: str = "work", n: int = 0, *, delay: float = 0.0) -> QueuedJob:
+    now = _clock.now()
+    return QueuedJob(id=uuid.uuid4().hex, name="t.job", queue=queue, payload={"n": n}, max_attempts=3,
+                     available_at=now + delay, dispatched_at=now)
+
+
+def make(brokers: str, names: dict[str, str], locks: Any = None, **options: Any) -> Any:
+    options.setdefault("consumer_config", FAST_GROUP)
+    options.setdefault("producer_config", {"batch.num.messages": 1})
+    return KafkaQueue(brokers, group=names["group"], topic_prefix=names["prefix"],
+                      locks=locks if locks is not None else MemoryLockStore(), **options)
+
+
+# -- configuration: refused at boot, naming what is wrong (no broker needed) -----------------------
+def test_a_missing_lock_store_is_a_boot_error_naming_it() -> None:
+    with pytest.raises(ConfigurationError, match="lock store"):
+        KafkaQueue("127.0.0.1:9092")
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"brokers": ""}, "brokers is empty"),
+        ({"brokers": "localhost"}, "'localhost' is not 'host:port'"),
+        ({"lease": 0}, "lease"),
+        ({"group": " "}, "group"),
+        ({"topic_prefix": "bad prefix/"}, "topic_prefix"),
+        ({"locks": object()}, "LockStore"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(options: dict[str, Any], named: str) -> None:
+    settings: dict[str, Any] = {"brokers": "127.0.0.1:9092", "locks": MemoryLockStore(), **options}
+    with pytest.raises(ConfigurationError, match=named):
+        KafkaQueue(settings.pop("brokers"), **settings)
+
+
+def test_a_queue_name_that_cannot_be_a_topic_is_refused_at_dispatch() -> None:
+    q = KafkaQueue("127.0.0.1:9092", locks=MemoryLockStore())
+    with pytest.raises(PayloadError, match="'mail box'"):
+        q.push(queued("mail box"))
+
+
+def test_the_driver_is_loaded_by_name() -> None:
+    from rainier_sync import drivers
+
+    assert drivers.KafkaQueue is KafkaQueue
+    assert KafkaQueue.driver.survives_a_restart() and not KafkaQueue.driver.may_lose_an_accepted_job()
+
+
+# -- against the broker -------------------------------------------------------------------------------
+def test_commits_only_below_the_oldest_unfinished_job(kafka_brokers: str, names: dict[str, str]) -> None:
+    q = make(kafka_brokers, names, partitions=1)
+    try:
+        jobs = [queued(n=i) for i in range(3)]
+        q.push_many(jobs)
+        taken = q.reserve_many(["work"], 3)
+        assert [j.id for j in taken] == [j.id for j in jobs]
+        q.acknowledge_many([taken[2], taken[1]])  # out of order: the oldest still runs
+        assert q.size("work") == 3, "nothing may be committed past a job still running"
+        q.acknowledge(taken[0])
+        assert q.size("work") == 0
+    finally:
+        q.close()
+
+
+def test_a_revoked_job_whose_lease_is_held_is_not_run_twice(kafka_brokers: str, names: dict[str, str]) -> None:
+    locks = MemoryLockStore()
+    first = make(kafka_brokers, names, locks, partitions=1, lease=30)
+    second = make(kafka_brokers, names, locks, partitions=1, lease=30)
+    try:
+        job = queued()
+        first.push(job)
+        running = first.reserve(["work"])
+        assert running is not None
+        # The first worker's consumer leaves the group mid-job (a rebalance): the
+        # partition moves to the second, which re-reads the uncommitted record.
+        consumer = first._consumer
+        first._consumer = None
+        consumer.close()
+        assert second.reserve(["work"]) is None, "the lease is held by a live worker: not run twice"
+        first.acknowledge(running)  # finishes on the old worker, after its partition moved
+        wait_until(lambda: second.reserve(["work"]) is None and second.size("work") == 0, timeout=10,
+                   message="the new owner to see the job done and commit past it")
+    finally:
+        second.close()
+        first.close()
+
+
+def test_a_lapsed_lease_lets_the_job_run_again(kafka_brokers: str, names: dict[str, str]) -> None:
+    locks = MemoryLockStore()
+    dead = make(kafka_brokers, names, locks, partitions=1, lease=1)
+    alive = make(kafka_brokers, names, locks, partitions=1, lease=1)
+    try:
+        job = queued()
+        dead.push(job)
+        assert dead.reserve(["work"]) is not None
+        consumer = dead._consumer  # the worker dies: it never renews the lease
+        dead._consumer = None
+        consumer.close()
+        got: list[QueuedJob] = []
+        wait_until(lambda: bool(got.extend(alive.reserve_many(["work"], 1)) or got), timeout=10,
+                   message="the job to run again once its lease lapsed")
+        assert got[0].id == job.id
+        alive.acknowledge(got[0])
+        assert alive.size("work") == 0
+    finally:
+        alive.close()
+        dead.close()
+
+
+def test_a_record_that_is_not_our_json_is_discarded_dead_lettered_and_passed(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    q = make(kafka_brokers, names, partitions=1)
+    seen: list[dict[str, Any]] = []
+
+    def on_discarded(sender: Any, **kw: Any) -> None:
+        seen.append(kw)
+
+    signals.queue_message_discarded.connect(on_discarded)
+    try:
+        q._produce([(q.topic("work"), "junk", b"\x00not json{")])
+        good = queued()
+        q.push(good)
+        got = q.reserve(["work"])
+        assert got is not None and got.id == good.id, "the partition moves on past the bad record"
+        assert len(seen) == 1 and "not valid JSON" in seen[0]["error"] and seen[0]["raw"].endswith("not json{")
+        dead = q.failed_jobs(10)
+        assert len(dead) == 1 and dead[0].id.startswith("unreadable-") and "not valid JSON" in dead[0].error
+        q.acknowledge(got)
+        assert q.size("work") == 0
+        assert q.forget_failed(dead[0].id) and q.failed_count() == 0
+    finally:
+        signals.queue_message_discarded.disconnect(on_discarded)
+        q.close()
+
+
+def test_a_long_delay_is_cycled_through_the_delay_topic_and_still_runs_when_due(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    q = make(kafka_brokers, names, partitions=1, park_horizon=0.5)
+    try:
+        job = queued(delay=2.5)
+        q.push(job)
+        assert q.reserve(["work"]) is None
+        got: list[QueuedJob] = []
+        wait_until(lambda: bool(got.extend(q.reserve_many(["work"], 1)) or got), timeout=10,
+                   message="the delayed job to come due")
+        assert got[0].id == job.id and got[0].attempts == 1
+        assert _clock.now() >= job.available_at
+        q.acknowledge(got[0])
+        q.reserve_many(["work"], 1)
+        assert q.size("work") == 0, "the parked copies re-produced along the way are all committed"
+    finally:
+        q.close()
