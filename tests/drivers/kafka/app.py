@@ -56,9 +56,9 @@ def main() -> None:
     args = parser.parse_args()
     _out["fd"] = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     _out["work"] = args.work_ms / 1000
-    locks: LockStore = (
-        MemoryLockStore() if args.lock_url == "memory" else RedisLockStore.from_url(args.lock_url, prefix=args.lock_prefix)
-    )
+    locks: LockStore = MemoryLockStore()
+    if args.lock_url != "memory":
+        locks = RedisLockStore.from_url(args.lock_url, prefix=args.lock_prefix)
     queue = build(args.brokers, args.group, args.prefix, locks, args.lease)
     manager = QueueManager({"kafka": queue}, registry=registry(), container=Container())
     worker = Worker(manager, options=WorkerOptions(queues=["drain"], concurrency=args.concurrency, sleep=0.5,
