@@ -286,18 +286,6 @@ class SqsQueue(BaseQueue):
             entry["DelaySeconds"] = min(MAX_DELAY, math.ceil(wait))
         return entry
 
-    def _emit_failed_operation(self, operation: str, exc: BaseException) -> None:
-        info = ExceptionInfo.from_exception(exc)
-        log.error("queue operation %s on connection %r failed: %s", operation, self.connection, info.error)
-        signals.emit(
-            signals.queue_operation_failed,
-            self,
-            connection=self.connection,
-            operation=operation,
-            error=info.error,
-            exception=info,
-        )
-
     # -- producing ----------------------------------------------------------------------
     def push(self, job: QueuedJob) -> str:
         url = self.url_of(job.queue)
