@@ -1,200 +1,149 @@
-"""``flask queue ...``: the ``rainier-sync queue:*`` commands, run against the
-current app's manager, with every job of ``flask queue work`` inside an app
-context."""
+"""``flask queue ...``: the ``rainier-sync queue:*`` commands on the current app's manager.
+
+``failed``, ``retry``, ``forget``, ``reclaim``, ``status`` and ``migrate`` run
+:func:`rainier_sync.cli.main` itself, pointed at the current app's manager, so
+their options, output and exit codes are those of ``rainier-sync``. ``work``
+parses its options with the same parser and applies the same checks, then
+runs a :class:`~rainier_sync.flask.FlaskWorker`, so every job gets an app
+context.
+"""
 
 from __future__ import annotations
 
-import datetime
 import logging
+import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 from flask import current_app
 from flask.cli import with_appcontext
 
-from ..errors import RainierError
-from ..worker import WorkerOptions
+from .. import cli
 
 if TYPE_CHECKING:
-    from ..drivers.base import BaseQueue
     from ..manager import QueueManager
 
-__all__ = ["queue_group"]
+__all__ = ["queue_group", "current_manager"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("rainier_sync")
+
+#: Hand every argument to the ``rainier-sync`` parser untouched (``--help`` included).
+_PASS_THROUGH: dict[str, Any] = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
-def _manager() -> QueueManager:
+def current_manager() -> QueueManager:
+    """The current app's manager: the ``--app`` factory the delegated commands load."""
     from . import get_state
 
     return get_state().manager
 
 
-def _connections(manager: QueueManager, name: str | None) -> list[tuple[str, BaseQueue]]:
-    if name is not None:
-        return [(name, manager.connection(name))]
-    return sorted(manager.connections.items())
+_APP_REFERENCE = f"{__name__}:current_manager"
 
 
-def _clear_errors(fn: F) -> F:
-    """A library error ends the command with one line and exit code 1."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except click.ClickException:
-            raise
-        except (RainierError, ValueError, TypeError, LookupError) as exc:
-            raise click.ClickException(str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - a backend that does not answer: one line, not a traceback
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper  # type: ignore[return-value]
-
-
-@click.group("queue", help="Run and manage this app's rainier_sync job queues.")
+@click.group("queue", help="Run and manage this app's rainier_sync job queues (see rainier-sync --help).")
 def queue_group() -> None:
     pass
 
 
-@queue_group.command("work")
-@click.option("--queue", "queues", default="default", show_default=True, help="Queues to work, in order: a,b.")
-@click.option("--once", is_flag=True, help="Run what is due, then exit.")
-@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after taking this many jobs.")
-@click.option("--sleep", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Longest idle wait (s).")
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Handler threads.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Default attempt limit (s).")
-@click.option("--connection", default=None, help="Connection to work (default: the default one).")
+def _delegate(name: str, help: str) -> None:
+    @queue_group.command(name, help=help, context_settings=_PASS_THROUGH, add_help_option=False)
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    @click.pass_context
+    @with_appcontext
+    def command(ctx: click.Context, args: tuple[str, ...]) -> None:
+        ctx.exit(cli.main([f"queue:{name}", "--app", _APP_REFERENCE, *args]))
+
+
+for _name, _help in (
+    ("failed", "List failed jobs, newest first."),
+    ("retry", "Queue a failed job (ID) or all of them (all) again."),
+    ("forget", "Delete a failed job."),
+    ("reclaim", "Make jobs whose reservation lapsed available again."),
+    ("status", "Jobs per queue and connection: ready, delayed, reserved, failed."),
+    ("migrate", "Create or update the queue's tables."),
+):
+    _delegate(_name, _help)
+
+
+@queue_group.command(
+    "work",
+    help="Run jobs, each inside a fresh app context, until stopped (SIGTERM/SIGINT stop it gracefully).",
+    context_settings=_PASS_THROUGH,
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
 @with_appcontext
-@_clear_errors
-def work(
-    queues: str,
-    once: bool,
-    max_jobs: int | None,
-    sleep: float,
-    concurrency: int,
-    timeout: float | None,
-    connection: str | None,
-) -> None:
-    """Work jobs, each inside a fresh app context."""
+def work(ctx: click.Context, args: tuple[str, ...]) -> None:
+    ctx.exit(_work(list(args)))
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"flask queue: error: {' '.join(message.split())}\n")
+    return code
+
+
+def _work(argv: list[str]) -> int:
+    """``rainier-sync queue:work`` with a FlaskWorker; same options, checks and exit codes."""
+    from ..errors import ConfigurationError, NoQueueConfiguredError, RainierError, UnknownConnectionError
+    from ..worker import WorkerOptions
     from . import FlaskWorker
 
+    try:
+        args = cli.build_parser().parse_args(["queue:work", *argv])
+        if args.quiet:
+            log.setLevel(logging.WARNING)
+        manager = current_manager()
+        if not manager.connections:
+            raise NoQueueConfiguredError("no queue is configured: set QUEUE_DRIVER or RAINIER_QUEUES in app.config")
+        driver = manager.connection(args.connection)
+        name = args.connection or manager.default
+        if not driver.driver.needs_a_worker():
+            raise ConfigurationError(
+                f"connection {name!r} is {driver.driver.value}: it runs jobs inline, there is nothing to work"
+            )
+        if not len(manager.registry):
+            raise ConfigurationError(
+                "the job registry is empty, so every job would fail as unknown: register the app's jobs "
+                "(RainierSync(app, registry=...))"
+            )
+        given = {
+            "queues": args.queue,
+            "once": args.once or None,
+            "max_jobs": args.max_jobs,
+            "sleep": args.sleep,
+            "concurrency": args.concurrency,
+            "timeout": args.timeout,
+            "connection": args.connection,
+        }
+        options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
+    except SystemExit:  # --help
+        raise
+    except (cli.UsageError, ConfigurationError, UnknownConnectionError, NoQueueConfiguredError) as exc:
+        return _fail(str(exc), cli.EXIT_USAGE)
     app = current_app._get_current_object()  # type: ignore[attr-defined]
-    options = WorkerOptions(
-        queues=[q.strip() for q in queues.split(",") if q.strip()],
-        once=once,
-        max_jobs=max_jobs,
-        sleep=sleep,
-        concurrency=concurrency,
-        timeout=timeout,
-        connection=connection,
-    )
-    worker = FlaskWorker(app, options=options, connection=connection)
+    worker = FlaskWorker(app, manager, options, connection=args.connection)
     if threading.current_thread() is threading.main_thread():
         worker.install_signal_handlers()
-    logging.getLogger("rainier_sync").info("working %s on %s", ",".join(options.queues), worker.connection_name)
-    stats = worker.run()
-    click.echo(
-        f"processed {stats.processed}, released {stats.released}, failed {stats.failed}",
-        err=True,
+    log.info(
+        "worker started: connection %s (%s), queues %s, concurrency %d%s",
+        name,
+        driver.driver.value,
+        ",".join(options.queues),
+        options.concurrency,
+        ", once" if options.once else "",
     )
-
-
-@queue_group.command("failed")
-@click.option("--connection", default=None, help="Only this connection.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@with_appcontext
-@_clear_errors
-def failed(connection: str | None, limit: int) -> None:
-    """List failed jobs, newest first."""
-    rows = 0
-    for name, driver in _connections(_manager(), connection):
-        for job in driver.failed_jobs(limit):
-            when = datetime.datetime.fromtimestamp(job.failed_at, tz=datetime.timezone.utc)
-            click.echo(f"{job.id}  {name}/{job.queue}  {job.name}  {when:%Y-%m-%d %H:%M:%S}Z  {job.error}")
-            rows += 1
-    if not rows:
-        click.echo("no failed jobs", err=True)
-
-
-def _each_failed(manager: QueueManager, connection: str | None, action: str, job_id: str) -> int:
-    done = 0
-    for _, driver in _connections(manager, connection):
-        op = driver.retry_failed if action == "retry" else driver.forget_failed
-        if job_id == "all" and action == "retry":
-            for job in driver.failed_jobs(limit=1_000_000):
-                done += bool(op(job.id))
-        elif op(job_id):
-            done += 1
-    return done
-
-
-@queue_group.command("retry")
-@click.argument("job_id", metavar="ID|all")
-@click.option("--connection", default=None, help="Only this connection.")
-@with_appcontext
-@_clear_errors
-def retry(job_id: str, connection: str | None) -> None:
-    """Queue a failed job (or all of them) again."""
-    done = _each_failed(_manager(), connection, "retry", job_id)
-    if job_id != "all" and not done:
-        raise click.ClickException(f"no failed job with id {job_id!r}")
-    click.echo(f"queued again: {done}")
-
-
-@queue_group.command("forget")
-@click.argument("job_id", metavar="ID")
-@click.option("--connection", default=None, help="Only this connection.")
-@with_appcontext
-@_clear_errors
-def forget(job_id: str, connection: str | None) -> None:
-    """Delete a failed job."""
-    if not _each_failed(_manager(), connection, "forget", job_id):
-        raise click.ClickException(f"no failed job with id {job_id!r}")
-    click.echo(f"forgot {job_id}")
-
-
-@queue_group.command("reclaim")
-@click.option("--connection", default=None, help="Only this connection.")
-@with_appcontext
-@_clear_errors
-def reclaim(connection: str | None) -> None:
-    """Make jobs whose reservation lapsed available again."""
-    for name, driver in _connections(_manager(), connection):
-        click.echo(f"{name}: reclaimed {driver.reclaim_expired()}")
-
-
-@queue_group.command("status")
-@click.option("--connection", default=None, help="Only this connection.")
-@with_appcontext
-@_clear_errors
-def status(connection: str | None) -> None:
-    """Jobs per queue: ready, delayed, reserved; and failed per connection."""
-    from .dashboard import queue_names
-
-    manager = _manager()
-    for name, driver in _connections(manager, connection):
-        click.echo(f"{name} ({driver.driver.value}): failed {driver.failed_count()}")
-        for queue in queue_names(manager, driver):
-            c = driver.counts(queue)
-            click.echo(f"  {queue}: ready {c.ready}, delayed {c.delayed}, reserved {c.reserved}")
-
-
-@queue_group.command("migrate")
-@click.option("--connection", default=None, help="Only this connection.")
-@with_appcontext
-@_clear_errors
-def migrate(connection: str | None) -> None:
-    """Create the tables the database driver needs."""
-    migrated = 0
-    for name, driver in _connections(_manager(), connection):
-        run = getattr(driver, "migrate", None)
-        if callable(run):
-            run()
-            migrated += 1
-            click.echo(f"{name}: migrated")
-    if not migrated:
-        click.echo("nothing to migrate: no connection uses the database driver", err=True)
+    try:
+        stats = worker.run()
+    except KeyboardInterrupt:
+        return _fail("interrupted", cli.EXIT_INTERRUPTED)
+    except RainierError as exc:
+        return _fail(str(exc), cli.EXIT_FAILURE)
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        return _fail(f"{type(exc).__name__}: {exc}", cli.EXIT_FAILURE)
+    click.echo(
+        f"worker stopped: {stats.processed} processed, {stats.released} released, {stats.failed} failed", err=True
+    )
+    return cli.EXIT_OK

@@ -46,7 +46,7 @@ def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask) -> None
 
     result = app.test_cli_runner().invoke(args=["queue", "work", "--once", "--queue", "mail"])
     assert result.exit_code == 0, result.output
-    assert "processed 1" in result.output
+    assert "1 processed" in result.output
     [(welcomed_at,)] = rows(app, "SELECT welcomed_at FROM signups")
     assert welcomed_at is not None
     assert get_state(app).manager.container.resolve(Mailer).sent == [("ada@example.com", "Welcome, Ada!")]
@@ -109,6 +109,6 @@ def test_a_worker_in_another_process_for_production(app: Flask) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "processed 1" in done.stderr
+    assert "1 processed" in done.stderr
     [(welcomed_at,)] = rows(app, "SELECT welcomed_at FROM signups")
     assert welcomed_at is not None

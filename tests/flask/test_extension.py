@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import threading
 
 import pytest
@@ -208,7 +209,7 @@ def test_queue_work_once_runs_jobs_in_the_app_context() -> None:
     manager.dispatch(RecordApp("cli"))
     result = app.test_cli_runner().invoke(args=["queue", "work", "--once", "--queue", "default"])
     assert result.exit_code == 0, result.output
-    assert "processed 1" in result.output
+    assert "1 processed" in result.output
     assert SEEN[0]["app"] == "cli_app"
 
 
@@ -220,8 +221,7 @@ def test_queue_status_failed_retry_forget_reclaim() -> None:
 
     status = runner.invoke(args=["queue", "status"])
     assert status.exit_code == 0, status.output
-    assert "primary (memory): failed 2" in status.output
-    assert "default: ready 1, delayed 0, reserved 0" in status.output
+    assert re.search(r"^primary\s+memory\s+default\s+1\s+0\s+0\s+1\s+2$", status.output, re.M), status.output
 
     listed = runner.invoke(args=["queue", "failed"])
     assert listed.exit_code == 0
@@ -229,6 +229,7 @@ def test_queue_status_failed_retry_forget_reclaim() -> None:
 
     retried = runner.invoke(args=["queue", "retry", first])
     assert retried.exit_code == 0, retried.output
+    assert f"Queued failed job {first} again on connection primary." in retried.output
     driver = manager.connection()
     assert isinstance(driver, MemoryQueue)
     assert [f.id for f in driver.failed] == [second]
@@ -236,7 +237,7 @@ def test_queue_status_failed_retry_forget_reclaim() -> None:
 
     missing = runner.invoke(args=["queue", "retry", "nope"])
     assert missing.exit_code == 1
-    assert "no failed job with id 'nope'" in missing.output
+    assert "no failed job has id 'nope'" in missing.output
 
     forgot = runner.invoke(args=["queue", "forget", second])
     assert forgot.exit_code == 0
@@ -245,7 +246,7 @@ def test_queue_status_failed_retry_forget_reclaim() -> None:
 
     reclaimed = runner.invoke(args=["queue", "reclaim"])
     assert reclaimed.exit_code == 0
-    assert "primary: reclaimed 0" in reclaimed.output
+    assert "primary (memory): 0 lapsed reservation(s) reclaimed" in reclaimed.output
 
 
 def test_queue_retry_all_and_unknown_connection() -> None:
@@ -254,24 +255,45 @@ def test_queue_retry_all_and_unknown_connection() -> None:
     runner = app.test_cli_runner()
     result = runner.invoke(args=["queue", "retry", "all"])
     assert result.exit_code == 0
-    assert "queued again: 3" in result.output
-    unknown = runner.invoke(args=["queue", "status", "--connection", "nowhere"])
-    assert unknown.exit_code == 1
-    assert "'nowhere' is not declared" in unknown.output
+    assert "Queued 3 failed job(s) again." in result.output
+    for args in (["queue", "status", "--connection", "nowhere"], ["queue", "work", "--connection", "nowhere"]):
+        unknown = runner.invoke(args=args)
+        assert unknown.exit_code == 2, "an undeclared connection is a usage error, as for rainier-sync"
+        assert "'nowhere' is not declared" in unknown.output
 
 
 def test_queue_work_refuses_bad_options_with_a_usage_error() -> None:
     app, _ = make_app()
-    result = app.test_cli_runner().invoke(args=["queue", "work", "--concurrency", "0"])
+    runner = app.test_cli_runner()
+    for args in (["--concurrency", "0"], ["--sleep", "soon"], ["--no-such-option"]):
+        result = runner.invoke(args=["queue", "work", *args])
+        assert result.exit_code == 2, result.output
+        assert "flask queue: error:" in result.output
+    assert "--concurrency" in runner.invoke(args=["queue", "work", "--concurrency", "0"]).output
+
+
+def test_queue_work_with_an_empty_registry_is_a_usage_error() -> None:
+    app, _ = make_app(manager=QueueManager(connections={"m": MemoryQueue()}))
+    result = app.test_cli_runner().invoke(args=["queue", "work", "--once"])
     assert result.exit_code == 2
-    assert "concurrency" in result.output
+    assert "the job registry is empty" in result.output
 
 
 def test_queue_migrate_with_no_database_connection_says_so() -> None:
     app, _ = make_app()
     result = app.test_cli_runner().invoke(args=["queue", "migrate"])
     assert result.exit_code == 0
-    assert "nothing to migrate" in result.output
+    assert "primary (memory): nothing to migrate" in result.output
+
+
+def test_queue_migrate_on_the_database_driver(tmp_path: pathlib.Path) -> None:
+    app = Flask("migrating")
+    app.config.update(QUEUE_DRIVER="database", DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.sqlite3'}")
+    RainierSync(app, registry=registry())
+    runner = app.test_cli_runner()
+    first = runner.invoke(args=["queue", "migrate"])
+    assert first.exit_code == 0, first.output
+    assert "database (database): applied migration(s)" in first.output
 
 
 def test_a_backend_error_in_a_command_is_one_line_and_exit_code_1() -> None:
@@ -284,4 +306,4 @@ def test_a_backend_error_in_a_command_is_one_line_and_exit_code_1() -> None:
     app, _ = make_app(manager=QueueManager(connections={"down": Down()}))
     result = app.test_cli_runner().invoke(args=["queue", "reclaim"])
     assert result.exit_code == 1
-    assert result.output.strip() == "Error: ConnectionError: connection refused"
+    assert result.output.strip() == "rainier-sync: error: ConnectionError: connection refused (-v shows the traceback)"
