@@ -91,6 +91,7 @@ def _boot(
 ) -> QueueManager:
     from ..manager import QueueManager, set_instance
 
+    connections._check_default()
     resources = resources or QueueResources()
     registry = _one("registry", registry, resources.registry)
     container = _one("container", container, resources.container)
@@ -197,27 +198,27 @@ def _database_extra(url: str) -> str:
 def _build(config: ConnectionConfig, needs: dict[str, Any]) -> BaseQueue:
     settings = dict(config.settings)
     driver = config.driver
+    if driver == "sync":
+        from ..drivers.sync import SyncQueue
+
+        return SyncQueue(needs["registry"], needs["container"])
+    if driver == "memory":
+        from ..drivers.memory import MemoryQueue
+
+        return MemoryQueue(**settings)
+    extra = _database_extra(needs["url"]) if driver == "database" else _EXTRA[driver]
+    cls = _driver_class(config, extra)
     try:
-        if driver == "sync":
-            from ..drivers.sync import SyncQueue
-
-            return SyncQueue(needs["registry"], needs["container"])
-        if driver == "memory":
-            from ..drivers.memory import MemoryQueue
-
-            return MemoryQueue(**settings)
         if driver == "database":
-            cls = _driver_class(config, _database_extra(needs["url"]))
             return cls.from_url(needs["url"], **settings)  # type: ignore[no-any-return]
-        cls = _driver_class(config, _EXTRA[driver])
         if driver == "redis":
             return cls.from_url(settings.pop("url"), **settings)  # type: ignore[no-any-return]
         if driver == "kafka":
             return cls(**settings, locks=needs["locks"])  # type: ignore[no-any-return]
         return cls(**settings)  # type: ignore[no-any-return]
     except DriverUnavailableError as exc:
-        raise ConfigurationError(f"{config.where()}: {exc}") from exc
+        hint = "" if "pip install" in str(exc) else f"; install it with: pip install 'rainier_sync[{extra}]'"
+        raise ConfigurationError(f"{config.where()}: {exc}{hint}") from exc
     except (ValueError, TypeError) as exc:
-        if isinstance(exc, ConfigurationError):
-            raise
+        # The driver's own check, named after the connection it refused.
         raise ConfigurationError(f"{config.where()}: {exc}") from exc

@@ -159,7 +159,8 @@ def _check_together(config: ConnectionConfig) -> None:
     settings, label = config.settings, config.label
     for key in REQUIRED.get(config.driver, ()):
         if key not in settings:
-            raise ConfigurationError(f"{config.where()}: {label(key)} is required and not set")
+            why = _WHY_REQUIRED.get(key, "")
+            raise ConfigurationError(f"{config.where()}: {label(key)} is required and not set{why}")
     if config.driver == "redis" and settings.get("reconnect") is not True:
         for key in ("reconnect_attempts", "reconnect_max_backoff_ms"):
             if key in settings:
@@ -168,6 +169,7 @@ def _check_together(config: ConnectionConfig) -> None:
                     f"write {label('reconnect')} = true too, or remove it"
                 )
     if config.driver == "sqs":
+        _check_sqs_urls(config)
         has_key, has_secret = "key" in settings, "secret" in settings
         if has_key != has_secret:
             given, missing = ("key", "secret") if has_key else ("secret", "key")
@@ -180,6 +182,38 @@ def _check_together(config: ConnectionConfig) -> None:
                 f"{config.where('key')}: {label('key')} and {label('secret')} without {label('region')} "
                 f"leave the queue's region to whatever default the machine has; write {label('region')}"
             )
+
+
+_WHY_REQUIRED = {
+    "failed_queue_url": " (SQS keeps no failed jobs itself: a job that used up its attempts goes to this queue, "
+    "and without one it would be lost)",
+}
+
+
+def _check_sqs_urls(config: ConnectionConfig) -> None:
+    """Each queue, and the failed jobs, need an SQS queue of their own."""
+    settings, label = config.settings, config.label
+    owners: dict[str, str] = {settings["queue_url"]: "default"}
+    for queue, url in settings.get("queue_urls", {}).items():
+        if queue == "default":
+            if url != settings["queue_url"]:
+                raise ConfigurationError(
+                    f"{config.where('queue_urls')}: queue_urls['default'] differs from {label('queue_url')}, "
+                    "which is the default queue's URL; remove it from queue_urls"
+                )
+            continue
+        if url in owners:
+            raise ConfigurationError(
+                f"{config.where('queue_urls')}: queues {owners[url]!r} and {queue!r} share one URL; "
+                "each queue needs an SQS queue of its own"
+            )
+        owners[url] = queue
+    failed = settings["failed_queue_url"]
+    if failed in owners:
+        raise ConfigurationError(
+            f"{config.where('failed_queue_url')}: {label('failed_queue_url')} is also queue {owners[failed]!r}'s "
+            "URL; failed jobs need an SQS queue of their own"
+        )
 
 
 class Connections:

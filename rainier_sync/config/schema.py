@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Mapping
@@ -131,6 +132,12 @@ def _check_brokers(value: Any) -> list[str]:
     return brokers
 
 
+def _check_topic_prefix(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]*", value):
+        raise _Bad(f"may hold only letters, digits, '.', '_' and '-', got {value!r}")
+    return value
+
+
 _SECONDS = _seconds()
 _MS = _millis()
 
@@ -163,12 +170,16 @@ SETTINGS: dict[str, dict[str, _Kind]] = {
     "kafka": {
         "brokers": _Kind(_check_brokers, lambda text: text, 'a list of "host:port"'),
         "group": _text(),
-        "topic_prefix": _text(allow_empty=True),
+        "topic_prefix": _Kind(_check_topic_prefix, lambda text: text, "letters, digits, '.', '_' and '-'"),
         "lease": _SECONDS,
     },
 }
 
-REQUIRED: dict[str, tuple[str, ...]] = {"redis": ("url",), "sqs": ("queue_url",), "kafka": ("brokers",)}
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "redis": ("url",),
+    "sqs": ("queue_url", "failed_queue_url"),
+    "kafka": ("brokers",),
+}
 
 #: With ``QUEUE_DRIVER``, where each setting comes from (the first variable set wins).
 ENVIRONMENT: dict[str, dict[str, tuple[str, ...]]] = {
