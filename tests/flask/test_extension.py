@@ -307,3 +307,20 @@ def test_a_backend_error_in_a_command_is_one_line_and_exit_code_1() -> None:
     result = app.test_cli_runner().invoke(args=["queue", "reclaim"])
     assert result.exit_code == 1
     assert result.output.strip() == "rainier-sync: error: ConnectionError: connection refused (-v shows the traceback)"
+
+
+def test_without_flask_installed_the_error_names_the_extra() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['flask'] = None\n"
+        "import rainier_sync\n"
+        "try:\n"
+        "    import rainier_sync.flask\n"
+        "except rainier_sync.errors.DriverUnavailableError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'rainier_sync[flask]'" in done.stdout
