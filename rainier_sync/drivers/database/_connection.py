@@ -128,8 +128,18 @@ def connection_errors(dialect: str) -> tuple[type[BaseException], ...]:
     return ()
 
 
-def connect(target: DatabaseUrl, *, application_name: str = "rainier_sync") -> Any:
-    """Open one connection in autocommit mode (the driver opens its own transactions)."""
+def connect(target: DatabaseUrl, *, application_name: str = "rainier_sync", init: tuple[str, ...] = ()) -> Any:
+    """Open one connection in autocommit mode (the driver opens its own transactions),
+    then run the ``init`` statements on it."""
+    conn = _open(target, application_name)
+    if init:
+        cursor = conn.cursor()
+        for statement in init:
+            cursor.execute(statement)
+    return conn
+
+
+def _open(target: DatabaseUrl, application_name: str) -> Any:
     opts = target.options
     if target.dialect == SQLITE:
         directory = os.path.dirname(os.path.abspath(target.path))
@@ -187,14 +197,22 @@ class Database:
     the driver runs this way is safe to repeat.
     """
 
-    def __init__(self, target: DatabaseUrl, *, reconnect_for: float = 30.0, application_name: str = "rainier_sync"):
+    def __init__(
+        self,
+        target: DatabaseUrl,
+        *,
+        reconnect_for: float = 30.0,
+        application_name: str = "rainier_sync",
+        init: tuple[str, ...] = (),
+    ) -> None:
         self.target = target
         self.dialect = target.dialect
         self.reconnect_for = reconnect_for
         self.application_name = application_name
+        self.init = init
         self.lock = threading.RLock()
         self._lost = connection_errors(self.dialect)
-        self._conn: Any = connect(target, application_name=application_name)
+        self._conn: Any = connect(target, application_name=application_name, init=init)
         self._pid = os.getpid()
         self._orphans: list[Any] = []
 
@@ -233,7 +251,7 @@ class Database:
         )
         for attempt in retrying:
             with attempt:
-                self._conn = connect(self.target, application_name=self.application_name)
+                self._conn = connect(self.target, application_name=self.application_name, init=self.init)
         log.info("reconnected to the %s database at %s", self.dialect, self.target.where)
 
     def _drop(self) -> None:

@@ -110,13 +110,15 @@ def _in_transaction(conn: Any, dialect: str, fn: Callable[[Any], T]) -> T:
 
 
 class _Backend:
-    """What the queue and the lock store share: one connection, its dialect, its SQL."""
+    """One connection with its dialect and its SQL."""
 
-    def __init__(self, url: str, *, reconnect_for: float, application_name: str) -> None:
-        self.target = DatabaseUrl.parse(url)
-        self.dialect = self.target.dialect
+    def __init__(
+        self, target: DatabaseUrl, *, reconnect_for: float, application_name: str, init: tuple[str, ...] = ()
+    ) -> None:
+        self.target = target
+        self.dialect = target.dialect
         self.sql = _Sql(self.dialect)
-        self.db = Database(self.target, reconnect_for=reconnect_for, application_name=application_name)
+        self.db = Database(target, reconnect_for=reconnect_for, application_name=application_name, init=init)
 
     def run(self, fn: Callable[[Any], T]) -> T:
         try:
@@ -166,6 +168,12 @@ class DatabaseQueue(BaseQueue):
     (one round trip per batch, no waiting on a row another worker holds), and
     idle workers wake on ``LISTEN/NOTIFY``; ``claim="optimistic"`` selects the
     portable path instead.
+
+    On PostgreSQL a worker's claims and acknowledgements go over a connection
+    of their own with ``synchronous_commit`` off (``synchronous_commit=True``
+    turns it back on): a server crash may forget the last fraction of a second
+    of them, so those jobs run again, while a dispatch always waits for its
+    commit to be flushed, so an accepted job is never lost.
     """
 
     driver = QueueDriver.DATABASE
@@ -179,11 +187,16 @@ class DatabaseQueue(BaseQueue):
         poll_interval: float | None = None,
         reconnect_for: float = 30.0,
         application_name: str = "rainier_sync",
+        synchronous_commit: bool = False,
     ) -> None:
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
             raise ValueError(f"reservation must be a positive number of seconds, got {reservation!r}")
         self.reservation: float = float(reservation)
-        self._backend = _Backend(url, reconnect_for=reconnect_for, application_name=application_name)
+        target = DatabaseUrl.parse(url)
+        self._backend = _Backend(target, reconnect_for=reconnect_for, application_name=application_name)
+        self._consumer: _Backend | None = None if target.dialect == POSTGRESQL else self._backend
+        self._consumer_lock = threading.Lock()
+        self._consumer_init = () if synchronous_commit else ("SET synchronous_commit TO off",)
         self.dialect = self._backend.dialect
         self.url = self._backend.target.redacted
         if claim is None:
@@ -217,6 +230,23 @@ class DatabaseQueue(BaseQueue):
         """
         return cls(url, reservation=reservation, **options)
 
+    @property
+    def _worker(self) -> _Backend:
+        """The connection for claims and acknowledgements (the worker's owning loop)."""
+        consumer = self._consumer
+        if consumer is None:
+            with self._consumer_lock:
+                if self._consumer is None:
+                    main = self._backend.db
+                    self._consumer = _Backend(
+                        self._backend.target,
+                        reconnect_for=main.reconnect_for,
+                        application_name=main.application_name,
+                        init=self._consumer_init,
+                    )
+                consumer = self._consumer
+        return consumer
+
     # -- schema --------------------------------------------------------------------------
     @staticmethod
     def migrations() -> list[Migration]:
@@ -240,9 +270,16 @@ class DatabaseQueue(BaseQueue):
         return (job.id, job.queue, job.name, job.encode(), job.attempts, job.priority, job.available_at)
 
     def push(self, job: QueuedJob) -> str:
-        self._backend.execute(self._sql.insert_job(), self._row(job))
+        self._backend.execute(self._insert_one(), self._row(job))
         self._wake_local()
         return job.id
+
+    def _insert_one(self, ignore_duplicates: bool = True) -> str:
+        insert = self._sql.insert_job(ignore_duplicates)
+        if self.dialect != POSTGRESQL:
+            return insert
+        # NOTIFY in the same statement: delivered when (and only if) the insert commits.
+        return f"WITH ins AS ({insert} RETURNING queue) SELECT pg_notify('{CHANNEL}', queue) FROM ins"
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         if not jobs:
@@ -251,9 +288,10 @@ class DatabaseQueue(BaseQueue):
         if self.dialect == POSTGRESQL:
             columns = list(zip(*rows, strict=True))
             sql = (
-                f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) "
-                "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], "
-                "%s::float8[]) ON CONFLICT (id) DO NOTHING"
+                f"WITH ins AS (INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) "
+                "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], "
+                "%b::float8[]) ON CONFLICT (id) DO NOTHING RETURNING queue) "
+                f"SELECT pg_notify('{CHANNEL}', q) FROM (SELECT DISTINCT queue AS q FROM ins) AS s"
             )
             self._backend.execute(sql, [list(c) for c in columns])
         else:
@@ -278,7 +316,7 @@ class DatabaseQueue(BaseQueue):
         if dialect == SQLITE:
             self._check_same_sqlite_file(connection)
         cursor = connection.cursor()
-        sql = self._sql(self._sql.insert_job(ignore_duplicates=False))
+        sql = self._sql(self._insert_one(ignore_duplicates=False))
         for job in jobs:
             cursor.execute(sql, self._row(replace_connection(job, self.connection)))
         return [job.id for job in jobs]
@@ -328,7 +366,7 @@ class DatabaseQueue(BaseQueue):
             "FROM c WHERE j.seq = c.seq "
             "RETURNING j.seq, j.id, j.queue, j.name, j.body, j.attempts, j.priority, j.available_at, j.token"
         )
-        return self._backend.query(sql, (queue, now, limit, now, now + self.reservation, token))
+        return self._worker.query(sql, (queue, now, limit, now, now + self.reservation, token))
 
     def _claim_sqlite(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
         # One statement: SQLite runs it under its write lock, and the conditional
@@ -341,7 +379,7 @@ class DatabaseQueue(BaseQueue):
             "ORDER BY priority, available_at, seq LIMIT ?) AND reserved_at IS NULL "
             f"RETURNING {_COLUMNS}, token"
         )
-        return self._backend.query(sql, (now, now + self.reservation, token, queue, now, limit))
+        return self._worker.query(sql, (now, now + self.reservation, token, queue, now, limit))
 
     def _claim_optimistic(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
         """The portable claim: read candidates, then claim those still free with a
@@ -352,7 +390,7 @@ class DatabaseQueue(BaseQueue):
             now = _clock.now()
             candidates = [
                 row[0]
-                for row in self._backend.query(
+                for row in self._worker.query(
                     f"SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
                     "ORDER BY priority, available_at, seq LIMIT %s",
                     (queue, now, want),
@@ -368,14 +406,14 @@ class DatabaseQueue(BaseQueue):
             )
             params = (now, now + self.reservation, token, *candidates)
             if self.dialect == MYSQL:
-                won = self._backend.execute(update, params)
+                won = self._worker.execute(update, params)
                 rows = (
-                    self._backend.query(f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE token = %s", (token,))
+                    self._worker.query(f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE token = %s", (token,))
                     if won
                     else []
                 )
             else:
-                rows = self._backend.query(update + f" RETURNING {_COLUMNS}, token", params)
+                rows = self._worker.query(update + f" RETURNING {_COLUMNS}, token", params)
             claimed.extend(rows)
             if len(claimed) >= limit or len(candidates) < want:
                 break
@@ -413,7 +451,7 @@ class DatabaseQueue(BaseQueue):
                 (job_id, queue, name, raw, info.error, encode(info.to_dict()), int(attempts), failed_at),
             )
 
-        self._backend.transaction(move)
+        self._worker.transaction(move)
         signals.emit(
             signals.queue_message_discarded,
             self,
@@ -444,12 +482,12 @@ class DatabaseQueue(BaseQueue):
             return
         for start in range(0, len(jobs), 500):
             where, params = self._held(jobs[start : start + 500])
-            self._backend.execute(f"DELETE FROM {JOBS} WHERE {where}", params)
+            self._worker.execute(f"DELETE FROM {JOBS} WHERE {where}", params)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         available_at = _clock.now() + max(0.0, float(delay))
         where, params = self._held([job])
-        self._backend.execute(
+        self._worker.execute(
             f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL, available_at = %s "
             f"WHERE {where}",
             [available_at, *params],
@@ -479,7 +517,7 @@ class DatabaseQueue(BaseQueue):
                 ),
             )
 
-        self._backend.transaction(move)
+        self._worker.transaction(move)
         return FailedJob.of(stored, info, failed_at)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
@@ -489,19 +527,19 @@ class DatabaseQueue(BaseQueue):
         until = _clock.now() + (self.reservation if seconds is None else float(seconds))
         for start in range(0, len(held), 500):
             where, params = self._held(held[start : start + 500])
-            self._backend.execute(
+            self._worker.execute(
                 f"UPDATE {JOBS} SET reserved_until = %s WHERE reserved_at IS NOT NULL AND {where}", [until, *params]
             )
 
     def reclaim_expired(self) -> int:
-        reclaimed = self._backend.execute(
+        reclaimed = self._worker.execute(
             f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL "
             "WHERE reserved_at IS NOT NULL AND reserved_until <= %s",
             (_clock.now(),),
         )
         if reclaimed > 0:
             if self.dialect == POSTGRESQL:
-                self._backend.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
+                self._worker.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
             self._wake_local()
         return reclaimed
 
@@ -561,7 +599,7 @@ class DatabaseQueue(BaseQueue):
                 job.available_at = now
                 body, priority = job.encode(), job.priority
             cursor.execute(sql(f"DELETE FROM {FAILED} WHERE id = %s"), (id,))
-            cursor.execute(sql(sql.insert_job()), (id, queue, name, body, 0, priority, now))
+            cursor.execute(sql(self._insert_one()), (id, queue, name, body, 0, priority, now))
             return True
 
         retried = self._backend.transaction(move)
@@ -596,7 +634,7 @@ class DatabaseQueue(BaseQueue):
     # -- waiting -----------------------------------------------------------------------------
     def _soonest(self, queues: Sequence[str]) -> float | None:
         marks = self._sql.marks(len(queues))
-        rows = self._backend.query(
+        rows = self._worker.query(
             f"SELECT min(available_at) FROM {JOBS} WHERE queue IN ({marks}) AND reserved_at IS NULL", list(queues)
         )
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
@@ -666,8 +704,8 @@ class DatabaseQueue(BaseQueue):
     def _data_version(self) -> Any:
         """Changes when another connection commits (SQLite); None where it cannot tell."""
         if self.dialect == SQLITE:
-            return self._backend.query("PRAGMA data_version")[0][0]
-        rows = self._backend.query(f"SELECT max(seq) FROM {JOBS}")
+            return self._worker.query("PRAGMA data_version")[0][0]
+        rows = self._worker.query(f"SELECT max(seq) FROM {JOBS}")
         return rows[0][0] if rows else None
 
     def _close_listener(self) -> None:
@@ -680,6 +718,8 @@ class DatabaseQueue(BaseQueue):
 
     def close(self) -> None:
         self._close_listener()
+        if self._consumer is not None and self._consumer is not self._backend:
+            self._consumer.db.close()
         self._backend.db.close()
 
 
@@ -697,7 +737,7 @@ class DatabaseLockStore(LockStore):
         if _backend is None:
             if url is None:
                 raise ValueError("DatabaseLockStore needs a database URL")
-            _backend = _Backend(url, reconnect_for=reconnect_for, application_name="rainier_sync-locks")
+            _backend = _Backend(DatabaseUrl.parse(url), reconnect_for=reconnect_for, application_name="rainier_sync")
         self._backend: _Backend = _backend
         self._owns_connection = url is not None
         self.dialect = self._backend.dialect

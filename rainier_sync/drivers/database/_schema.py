@@ -17,7 +17,7 @@ JOBS = "rainier_jobs"
 FAILED = "rainier_failed_jobs"
 LOCKS = "rainier_locks"
 MIGRATIONS = "rainier_migrations"
-#: The PostgreSQL channel an insert into the jobs table notifies (payload: the queue).
+#: The PostgreSQL channel a dispatch notifies, in its own transaction (payload: the queue).
 CHANNEL = "rainier_jobs"
 
 
@@ -69,14 +69,6 @@ _PG_V1 = (
         lock_key TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL)""",
-    f"""CREATE OR REPLACE FUNCTION {JOBS}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            PERFORM pg_notify('{CHANNEL}', q) FROM (SELECT DISTINCT queue AS q FROM new_rows) AS s;
-            RETURN NULL;
-        END $$""",
-    f"DROP TRIGGER IF EXISTS {JOBS}_notify ON {JOBS}",
-    f"""CREATE TRIGGER {JOBS}_notify AFTER INSERT ON {JOBS}
-        REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {JOBS}_notify()""",
 )
 
 _SQLITE_V1 = (
