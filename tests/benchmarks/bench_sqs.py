@@ -89,6 +89,7 @@ class Calls:
     def __init__(self, client: Any) -> None:
         self.counts: dict[str, int] = {}
         self.entries: dict[str, int] = {}
+        self.multi = 0  # calls that carried more than one job
         client.meta.events.register("before-parameter-build.sqs", self._before)
         client.meta.events.register("after-call.sqs", self._after)
 
@@ -96,14 +97,18 @@ class Calls:
         self.counts[model.name] = self.counts.get(model.name, 0) + 1
         if isinstance(params.get("Entries"), list):
             self.entries[model.name] = self.entries.get(model.name, 0) + len(params["Entries"])
+            self.multi += len(params["Entries"]) > 1
 
     def _after(self, model: Any, parsed: dict[str, Any], **_: Any) -> None:
         if model.name == "ReceiveMessage":
-            self.entries["ReceiveMessage"] = self.entries.get("ReceiveMessage", 0) + len(parsed.get("Messages", []))
+            got = len(parsed.get("Messages", []))
+            self.entries["ReceiveMessage"] = self.entries.get("ReceiveMessage", 0) + got
+            self.multi += got > 1
 
     def reset(self) -> None:
         self.counts.clear()
         self.entries.clear()
+        self.multi = 0
 
 
 def main() -> None:
@@ -160,6 +165,7 @@ def run(endpoint: str, args: argparse.Namespace) -> None:
     drained = 0
     drain_counts: dict[str, int] = {}
     drain_entries: dict[str, int] = {}
+    drain_multi = 0
     for _ in range(rounds):
         calls.reset()
         started = time.perf_counter()
@@ -173,6 +179,7 @@ def run(endpoint: str, args: argparse.Namespace) -> None:
         stats = worker.run()
         drain_time += time.perf_counter() - started
         drained += stats.processed
+        drain_multi += calls.multi
         for name, n in calls.counts.items():
             drain_counts[name] = drain_counts.get(name, 0) + n
         for name, n in calls.entries.items():
@@ -185,12 +192,11 @@ def run(endpoint: str, args: argparse.Namespace) -> None:
     receive_calls = drain_counts.get("ReceiveMessage", 0)
     delete_calls = drain_counts.get("DeleteMessageBatch", 0)
     all_calls = sum(drain_counts.values())
-    batched = delete_calls + drain_counts.get("ChangeMessageVisibilityBatch", 0)
     print(f"drain ({args.threads} threads):   {drained / drain_time:8.0f} jobs/s ({drained} jobs, {drain_counts})")
     print(
         f"  jobs per ReceiveMessage: {drain_entries.get('ReceiveMessage', 0) / max(1, receive_calls):.1f}, "
         f"per DeleteMessageBatch: {drain_entries.get('DeleteMessageBatch', 0) / max(1, delete_calls):.1f}, "
-        f"batch calls {batched}/{all_calls} of drain calls (plus every receive asks for up to 10)"
+        f"calls carrying more than one job: {drain_multi}/{all_calls} ({100 * drain_multi / max(1, all_calls):.0f}%)"
     )
     sends = dispatch_calls.get("SendMessageBatch", 0) + dispatch_calls.get("SendMessage", 0)
     print(
