@@ -89,3 +89,17 @@ def returns_wrong_type() -> object:
 
 def needs_an_argument(name: str) -> QueueManager:
     raise AssertionError("never called")
+
+
+#: What ``current_manager`` returns: in-process tests put a fresh manager here.
+current: QueueManager | None = None
+
+
+def current_manager() -> QueueManager:
+    """Factory for ``--app tests.cli.app:current_manager`` (in-process tests)."""
+    assert current is not None, "the test sets tests.cli.app.current first"
+    return current
+
+
+def explodes() -> QueueManager:
+    raise RuntimeError("could not reach the settings service")

@@ -1,0 +1,275 @@
+"""The commands, run in this process through ``main()`` against the memory driver."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from freezegun import freeze_time
+
+import rainier_sync
+from rainier_sync.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main
+from rainier_sync.drivers import MemoryQueue
+
+from . import app
+
+APP = "--app=tests.cli.app:current_manager"
+
+
+def fail_some(driver: MemoryQueue, count: int, queue: str = "mail") -> list[str]:
+    manager = app.current
+    assert manager is not None
+    ids = []
+    for n in range(count):
+        manager.dispatch_on(queue, app.Broken(n=n))
+        reserved = driver.reserve([queue])
+        assert reserved is not None
+        driver.fail(reserved, RuntimeError(f"broken job {n}"))
+        ids.append(reserved.id)
+    return ids
+
+
+def test_without_a_command_it_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == EXIT_OK
+    assert "queue:work" in capsys.readouterr().out
+
+
+def test_status_lists_every_queue_with_its_counts(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    manager = app.current
+    assert manager is not None
+    with freeze_time("2026-01-01 12:00:00"):
+        manager.dispatch(app.Touch(n=1))
+        manager.dispatch(app.Touch(n=2))
+        manager.dispatch_after(60, app.Touch(n=3))
+        assert memory.reserve(["default"]) is not None
+        fail_some(memory, 1)
+        assert main(["queue:status", APP, "--queue=high"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["CONNECTION", "DRIVER", "QUEUE", "READY", "DELAYED", "RESERVED", "TOTAL", "FAILED"]
+    rows = {line.split()[2]: line.split() for line in lines[1:]}
+    assert rows["high"] == ["main", "memory", "high", "0", "0", "0", "0", "1"]
+    assert rows["default"] == ["main", "memory", "default", "1", "1", "1", "3"]
+
+
+def test_status_as_json(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    assert app.current is not None
+    app.current.dispatch(app.Touch())
+    assert main(["queue:status", APP, "--json"]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report == [
+        {
+            "connection": "main",
+            "driver": "memory",
+            "queues": {"default": {"ready": 1, "delayed": 0, "reserved": 0, "total": 1}},
+            "failed": 0,
+        }
+    ]
+
+
+def test_failed_prints_a_readable_table(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = fail_some(memory, 2)
+    assert main(["queue:failed", APP]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ID", "CONNECTION", "QUEUE", "JOB", "FAILED", "AT", "(UTC)", "TRIES", "ERROR"]
+    assert len(lines) == 3
+    for job_id, line in zip(sorted(ids), sorted(lines[1:]), strict=True):
+        assert line.startswith(job_id)
+        assert line.split()[1:4] == ["main", "mail", "cli-tests.broken"]
+        assert line.endswith(f"1/1    RuntimeError: broken job {ids.index(job_id)}")
+
+
+def test_failed_says_when_there_are_none_and_when_there_are_more(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["queue:failed", APP]) == EXIT_OK
+    assert capsys.readouterr().out == "No failed jobs.\n"
+    fail_some(memory, 3)
+    assert main(["queue:failed", APP, "--limit=2"]) == EXIT_OK
+    assert "Showing the newest 2 of 3 failed jobs" in capsys.readouterr().out
+
+
+def test_failed_as_json(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    (job_id,) = fail_some(memory, 1)
+    assert main(["queue:failed", APP, "--json"]) == EXIT_OK
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["id"] == job_id and entry["payload"] == {"n": 0} and "broken job 0" in entry["error"]
+
+
+def test_retry_one_queues_it_again(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = fail_some(memory, 2)
+    assert main(["queue:retry", first, APP]) == EXIT_OK
+    assert f"Queued failed job {first} again on connection main" in capsys.readouterr().out
+    assert [f.id for f in memory.failed_jobs()] == [second]
+    assert memory.size("mail") == 1
+
+
+def test_retry_all(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    fail_some(memory, 5)
+    assert main(["queue:retry", "all", APP]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert captured.out == "Queued 5 failed job(s) again.\n"
+    assert captured.err == ""  # no progress off a terminal
+    assert memory.failed_jobs() == [] and memory.size("mail") == 5
+
+
+def test_retry_an_unknown_id_fails_with_one_line(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue:retry", "nope", APP]) == EXIT_FAILURE
+    assert capsys.readouterr().err == "rainier-sync: error: no failed job has id 'nope' (queue:failed lists them)\n"
+
+
+def test_forget(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    (job_id,) = fail_some(memory, 1)
+    assert main(["queue:forget", job_id, APP]) == EXIT_OK
+    assert f"Forgot failed job {job_id}" in capsys.readouterr().out
+    assert memory.failed_jobs() == [] and memory.size() == 0
+    assert main(["queue:forget", job_id, APP]) == EXIT_FAILURE
+
+
+def test_reclaim_makes_lapsed_reservations_available(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    assert app.current is not None
+    with freeze_time("2026-01-01 12:00:00") as frozen:
+        app.current.dispatch(app.Touch())
+        assert memory.reserve(["default"]) is not None
+        assert main(["queue:reclaim", APP]) == EXIT_OK
+        assert "main (memory): 0 lapsed reservation(s) reclaimed" in capsys.readouterr().out
+        frozen.tick(31)
+        assert main(["queue:reclaim", APP]) == EXIT_OK
+        assert "main (memory): 1 lapsed reservation(s) reclaimed" in capsys.readouterr().out
+    assert memory.counts("default").ready == 1
+
+
+def test_migrate_says_which_connections_had_nothing_to_migrate(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["queue:migrate", APP]) == EXIT_OK
+    assert capsys.readouterr().out == "main (memory): nothing to migrate\n"
+
+
+def test_an_undeclared_connection_is_a_usage_error(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue:status", APP, "--connection=bulk"]) == EXIT_USAGE
+    assert capsys.readouterr().err == "rainier-sync: error: connection 'bulk' is not declared (declared: main)\n"
+
+
+def test_work_once_runs_what_is_due(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out_file: object
+) -> None:
+    monkeypatch.setenv("CLI_APP_OUT", str(out_file))
+    monkeypatch.setattr("rainier_sync.worker.Worker.install_signal_handlers", lambda self: None)
+    assert app.current is not None
+    for n in range(3):
+        app.current.dispatch(app.Touch(n=n))
+    assert main(["queue:work", "--once", "--concurrency=2", APP]) == EXIT_OK
+    assert sorted(open(str(out_file)).read().split("\n")[:-1]) == ["0 ran", "1 ran", "2 ran"]
+    assert memory.size() == 0
+    assert rainier_sync.instance() is app.current
+
+
+def test_work_refuses_an_empty_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    from rainier_sync import QueueManager
+
+    app.current = QueueManager(connections={"main": MemoryQueue()})
+    assert main(["queue:work", "--once", APP]) == EXIT_USAGE
+    assert "the job registry is empty" in capsys.readouterr().err
+
+
+def test_work_refuses_a_sync_connection(capsys: pytest.CaptureFixture[str]) -> None:
+    from rainier_sync import Container, QueueManager
+    from rainier_sync.drivers import SyncQueue
+
+    app.current = QueueManager(connections={"inline": SyncQueue()}, registry=app.registry, container=Container())
+    assert main(["queue:work", APP]) == EXIT_USAGE
+    assert "connection 'inline' is sync: it runs jobs inline" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ("--concurrency=0", "argument --concurrency: expected a number >= 1, got 0"),
+        ("--max-jobs=many", "argument --max-jobs: expected a whole number, got 'many'"),
+        ("--sleep=-1", "argument --sleep: expected seconds >= 0, got -1"),
+        ("--queue=,", "worker option queues must be non-empty queue names"),
+        ("--timeout=0", "worker option timeout must be a positive number"),
+    ],
+)
+def test_bad_worker_options_are_usage_errors(
+    memory: MemoryQueue, option: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["queue:work", option, APP]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("rainier-sync: error: ") and says in err and err.count("\n") == 1
+
+
+def test_boots_from_the_environment_without_an_app(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("QUEUE_DRIVER", "memory")
+    assert main(["queue:status"]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines()[1].split()[:4] == ["memory", "memory", "(no", "jobs)"]
+
+
+def test_rainier_app_names_the_app(
+    memory: MemoryQueue, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RAINIER_APP", "tests.cli.app:current_manager")
+    assert main(["queue:migrate"]) == EXIT_OK
+    assert "main (memory)" in capsys.readouterr().out
+
+
+def test_app_before_the_command_works_too(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([APP, "queue:migrate"]) == EXIT_OK
+    assert "main (memory)" in capsys.readouterr().out
+
+
+def test_nothing_configured_says_how_to_configure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue:status"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "rainier-sync: error: no queue is configured: pass --app module:attribute, set RAINIER_APP, "
+        "or set QUEUE_DRIVER\n"
+    )
+
+
+def test_a_configuration_error_from_the_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("QUEUE_DRIVER", "redis")
+    assert main(["queue:status"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "rainier-sync: error: QUEUE_DRIVER=redis: connection 'redis' (redis): REDIS_URL is required and not set\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("app_ref", "says"),
+    [
+        ("tests.cli.app", "--app 'tests.cli.app' must be module:attribute"),
+        ("tests.cli.nowhere:manager", "--app tests.cli.nowhere:manager: no module named 'tests.cli.nowhere'"),
+        ("tests.cli.app:nothing", "--app tests.cli.app:nothing: module 'tests.cli.app' has no attribute 'nothing'"),
+        ("tests.cli.app:not_a_manager", "is of type int, not a QueueManager or a zero-argument factory"),
+        ("tests.cli.app:Touch", "is the class Touch, not a QueueManager"),
+        ("tests.cli.app:returns_wrong_type", "returned an object of type dict, not a QueueManager"),
+        ("tests.cli.app:needs_an_argument", "calling the factory with no arguments failed"),
+        ("tests.cli.broken_app:manager", "importing 'tests.cli.broken_app' failed: RuntimeError: the application's"),
+    ],
+)
+def test_an_app_that_does_not_load_is_one_clear_line(
+    app_ref: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["queue:status", f"--app={app_ref}"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("rainier-sync: error: ") and says in err and err.count("\n") == 1
+
+
+def test_an_unexpected_error_is_one_line_and_v_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue:status", "--app=tests.cli.app:explodes"]) == EXIT_FAILURE
+    assert capsys.readouterr().err == (
+        "rainier-sync: error: RuntimeError: could not reach the settings service (-v shows the traceback)\n"
+    )
+    assert main(["queue:status", "--app=tests.cli.app:explodes", "-v"]) == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "in explodes\n    raise RuntimeError" in err
+
+
+def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue:wrok"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "invalid choice: 'queue:wrok'" in err and err.count("\n") == 1
