@@ -215,7 +215,8 @@ class Supervisor:
         self._statuses: dict[int, int] = {}
         self._forget: set[int] = set()
         self._status_changed = threading.Condition(self._lock)
-        self._spawned: list[tuple[int, int | None]] = []
+        self._spawned: dict[int, tuple[int, int | None, str | None]] = {}
+        self._tokens = 0
         self._interrupt = threading.Event()
         self._closed = False
         self._server_pid: int | None = None
@@ -228,12 +229,16 @@ class Supervisor:
     def start(self) -> None:
         """Fork the fork server. Call from the owning thread, before the pool threads start."""
         parent_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with self._lock:  # a restarted fork server must not hold the sockets of earlier children open
+            inherited = [*self._idle, *self._busy.values()]
         _flush_stdio()
         pid = os.fork()
         if pid == 0:  # the fork server; never returns
             code = 1
             try:
                 parent_end.close()
+                for child in inherited:
+                    child.close()
                 _ForkServer(server_end, self.worker, self.child_setup).serve()
                 code = 0
             except BaseException:  # noqa: BLE001 - a forked process must never unwind into the parent's code
@@ -266,7 +271,11 @@ class Supervisor:
                 continue
             with self._lock:
                 if message.get("op") == "spawned":
-                    self._spawned.append((int(message["pid"]), fds[0] if fds else None))
+                    token, pidfd = int(message["token"]), fds[0] if fds else None
+                    if token == self._tokens:
+                        self._spawned[token] = (int(message["pid"]), pidfd, message.get("error"))
+                    elif pidfd is not None:  # an answer that came too late: that child reads EOF and exits
+                        os.close(pidfd)
                 elif message.get("op") == "exited":
                     child_pid = int(message["pid"])
                     if child_pid in self._forget:
@@ -289,12 +298,17 @@ class Supervisor:
                 if self._closed:
                     raise RuntimeError("the supervisor is closed")
                 log.warning("the rainier_sync fork server is gone; starting a new one from a running worker")
+                if self._control is not None:
+                    self._control.close()
                 self.start()
             control = self._control
             assert control is not None
+            with self._lock:
+                self._tokens += 1
+                token = self._tokens
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                socket.send_fds(control, [b'{"op":"spawn"}'], [theirs.fileno()])
+                socket.send_fds(control, [encode({"op": "spawn", "token": token}).encode()], [theirs.fileno()])
             except OSError as exc:
                 ours.close()
                 raise RuntimeError(f"the fork server does not answer: {exc}") from exc
@@ -302,13 +316,16 @@ class Supervisor:
                 theirs.close()
             deadline = _clock.monotonic() + SERVER_TIMEOUT
             with self._lock:
-                while not self._spawned:
+                while token not in self._spawned:
                     left = deadline - _clock.monotonic()
                     if left <= 0 or self._server_pid is None:
                         ours.close()
                         raise RuntimeError("the fork server did not start a child process")
                     self._status_changed.wait(left)
-                pid, pidfd = self._spawned.pop(0)
+                pid, pidfd, error = self._spawned.pop(token)
+            if error is not None:
+                ours.close()
+                raise RuntimeError(f"the fork server could not fork: {error}")
             self.started += 1
             return _Child(pid, ours, pidfd)
 
@@ -548,8 +565,9 @@ class _ForkServer:
                         data, fds = b"", []
                     if not data:
                         return
+                    request = decode(data)
                     for fd in fds:
-                        self._fork_child(fd, wake_read, wake_write)
+                        self._fork_child(fd, request.get("token"), wake_read, wake_write)
         finally:
             for pid in self.children:
                 try:
@@ -557,8 +575,13 @@ class _ForkServer:
                 except ProcessLookupError:
                     pass
 
-    def _fork_child(self, fd: int, wake_read: int, wake_write: int) -> None:
-        pid = os.fork()
+    def _fork_child(self, fd: int, token: Any, wake_read: int, wake_write: int) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(fd)
+            self.control.send(encode({"op": "spawned", "token": token, "pid": 0, "error": str(exc)}).encode())
+            return
         if pid == 0:
             code = 1
             try:
@@ -571,8 +594,13 @@ class _ForkServer:
                     socket.socket(fileno=fd), worker.registry, worker.container, worker.manager, self.child_setup
                 )
                 code = 0
-            except BaseException:  # noqa: BLE001 - never unwind into the fork server's loop
+            except _Terminated:
                 pass
+            except BaseException:  # noqa: BLE001 - never unwind into the fork server's loop
+                try:
+                    log.exception("a rainier_sync child process failed")
+                except BaseException:  # noqa: BLE001, S110
+                    pass
             finally:
                 _flush_stdio()
                 os._exit(code)
@@ -585,7 +613,7 @@ class _ForkServer:
             except OSError:
                 pass
         try:
-            socket.send_fds(self.control, [encode({"op": "spawned", "pid": pid}).encode()], pidfd)
+            socket.send_fds(self.control, [encode({"op": "spawned", "token": token, "pid": pid}).encode()], pidfd)
         finally:
             for descriptor in pidfd:
                 os.close(descriptor)
@@ -623,14 +651,18 @@ def _child_main(
 ) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    setup_failed: dict[str, Any] | None = None
     if child_setup is not None:
-        made = child_setup()
-        if made is not None:
-            from .container import Container as ContainerClass
+        try:
+            made = child_setup()
+            if made is not None:
+                from .container import Container as ContainerClass
 
-            if not isinstance(made, ContainerClass):
-                raise TypeError(f"child_setup returned {type(made).__name__}, not a Container or None")
-            container = made
+                if not isinstance(made, ContainerClass):
+                    raise TypeError(f"child_setup returned {type(made).__name__}, not a Container or None")
+                container = made
+        except Exception as exc:  # noqa: BLE001 - reported as the failure of the attempt this child was made for
+            setup_failed = {"op": "done", "ok": False, "error": ExceptionInfo.from_exception(exc).to_dict()}
     inbox: queue_module.SimpleQueue[tuple[dict[str, Any], threading.Event] | None] = queue_module.SimpleQueue()
     replies: queue_module.SimpleQueue[dict[str, Any] | None] = queue_module.SimpleQueue()
     current: list[threading.Event] = [threading.Event()]
@@ -672,13 +704,15 @@ def _child_main(
         if item is None:
             return
         message, stop_requested = item
-        answer = _child_attempt(message, stop_requested, registry, container, resource)
+        answer = setup_failed or _child_attempt(message, stop_requested, registry, container, resource)
         try:
             sock.sendall(encode(answer).encode() + b"\n")
         except OSError as exc:
             if exc.errno in (errno.EPIPE, errno.ECONNRESET):
                 return
             raise
+        if setup_failed is not None:
+            return  # a child that could not set up is replaced
 
 
 def _forward_dispatches(

@@ -266,3 +266,7 @@ ALL: tuple[type[Job], ...] = (
     OnceOnly,
     Dispatcher,
 )
+
+
+def broken_child_setup() -> None:
+    raise RuntimeError("no database in this child")

@@ -292,6 +292,32 @@ def test_child_setup_gives_children_their_own_container(manager: QueueManager, m
     assert where.startswith("child-setup in ") and int(where.rsplit(" ", 1)[1]) != os.getpid()
 
 
+def test_a_failing_child_setup_fails_the_attempt_with_its_error(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.FromContainer(log=log))
+    stats = run_once(manager, concurrency=1, child_setup="tests.timeouts.jobs:broken_child_setup")
+    assert stats.failed == 1 and jobs.notes(log) == []
+    assert memory.failed[0].error == "RuntimeError: no database in this child"
+
+
+def test_a_fork_server_killed_by_hand_is_replaced(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
+    worker = Worker(manager, options=WorkerOptions(concurrency=1))
+    worker.start()
+    try:
+        wait_until(lambda: worker._supervisor is not None, timeout=10, message="the fork server")
+        supervisor = worker._supervisor
+        assert supervisor is not None and supervisor._server_pid is not None
+        os.kill(supervisor._server_pid, signal.SIGKILL)
+        wait_until(lambda: supervisor._server_pid is None, timeout=10, message="the worker to notice")
+        manager.dispatch(jobs.Noop(log=log))
+        wait_until(lambda: worker.stats.processed == 1, timeout=10, message="the job, in a child of a new server")
+    finally:
+        worker.stop()
+        worker.join(10)
+    assert int(jobs.notes(log)[0]) != os.getpid()
+
+
 @pytest.mark.parametrize(
     "value, fault",
     [
