@@ -551,7 +551,7 @@ class KafkaQueue(BaseQueue):
             self._probe_assignment(consumer)
         self._pull(consumer, 0)
         deadline = _clock.monotonic() + self.read_wait
-        while self._buffered < self.buffer and self._unmet():
+        while not self._paused and self._buffered < self.buffer and self._unmet():
             left = deadline - _clock.monotonic()
             if left <= 0:
                 break
