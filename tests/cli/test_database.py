@@ -1,0 +1,87 @@
+"""The command line over the database driver (SQLite): the store outlives each
+process, so a job dispatched here is migrated for, counted, worked, failed and
+retried by separate ``python -m rainier_sync`` processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from rainier_sync import Container, QueueManager, QueueResources
+
+from . import app
+from .conftest import run
+
+pytest.importorskip("rainier_sync.drivers.database", reason="the database driver is not installed")
+
+APP = "--app=tests.cli.db_app:make_manager"
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> dict[str, str]:
+    return {"DATABASE_URL": f"sqlite:///{tmp_path / 'jobs.db'}", "CLI_APP_OUT": str(tmp_path / "jobs.log")}
+
+
+@pytest.fixture
+def manager(database: dict[str, str]) -> Iterator[QueueManager]:
+    """A manager on the same SQLite file, in this process (after queue:migrate)."""
+    migrated = run("queue:migrate", APP, env=database)
+    assert migrated.returncode == 0, migrated.stderr
+    built = QueueManager.from_config(
+        {"connections": {"main": {"driver": "database"}}},
+        resources=QueueResources(registry=app.registry, container=Container(), database=database["DATABASE_URL"]),
+        environ={},
+    )
+    yield built
+    built.close()
+
+
+def test_migrate_applies_once_then_is_up_to_date(database: dict[str, str]) -> None:
+    first = run("queue:migrate", APP, env=database)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("main (database): applied migration(s) 1")
+    again = run("queue:migrate", APP, env=database)
+    assert again.stdout == "main (database): already up to date\n"
+
+
+def test_migrate_and_status_from_the_environment(database: dict[str, str]) -> None:
+    env = {**database, "QUEUE_DRIVER": "database"}
+    assert run("queue:migrate", env=env).returncode == 0
+    status = run("queue:status", env=env)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[1].split()[:4] == ["database", "database", "(no", "jobs)"]
+
+
+def test_status_counts_what_another_process_dispatched(manager: QueueManager, database: dict[str, str]) -> None:
+    manager.dispatch(app.Touch(n=1))
+    manager.dispatch(app.Touch(n=2))
+    manager.dispatch_after(3600, app.Touch(n=3))
+    status = run("queue:status", APP, env=database)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[1].split() == ["main", "database", "default", "2", "1", "0", "3", "0"]
+
+
+def test_work_failed_retry_forget_across_processes(manager: QueueManager, database: dict[str, str]) -> None:
+    driver: Any = manager.connection()
+    for n in range(3):
+        manager.dispatch(app.Touch(n=n))
+    broken = [manager.dispatch(app.Broken(n=n)) for n in range(2)]
+
+    worked = run("queue:work", "--once", APP, env=database)
+    assert worked.returncode == 0, worked.stderr
+    assert "worker stopped: 3 processed, 0 released, 2 failed" in worked.stderr
+    assert sorted(Path(database["CLI_APP_OUT"]).read_text().splitlines()) == ["0 ran", "1 ran", "2 ran"]
+
+    failed = run("queue:failed", APP, env=database)
+    rows = failed.stdout.splitlines()[1:]
+    assert sorted(row.split()[0] for row in rows) == sorted(broken)  # type: ignore[type-var]
+    assert all("RuntimeError: broken job" in row for row in rows)
+
+    first, second = broken
+    assert run("queue:forget", str(first), APP, env=database).returncode == 0
+    retried = run("queue:retry", "all", APP, env=database)
+    assert retried.stdout == "Queued 1 failed job(s) again.\n"
+    assert driver.size("default") == 1 and driver.failed_jobs() == []
+    assert run("queue:retry", str(second), APP, env=database).returncode == 1  # no longer failed
