@@ -1,11 +1,11 @@
-"""The quick start: define a job, dispatch it, run a worker until it is done."""
+"""The quick start: define a job, dispatch it to a SQLite file, run a worker until it is done."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
-from rainier_sync.drivers import MemoryQueue
+from rainier_sync.drivers import DatabaseQueue
 
 
 class Greeter:
@@ -25,9 +25,11 @@ class SayHello(Job):
 
 
 def main() -> None:
+    queue = DatabaseQueue.from_url("sqlite:///quickstart.db")  # a file beside you; no server needed
+    queue.migrate()  # creates the queue's tables the first time, does nothing after
     container = Container().singleton(Greeter, lambda c: Greeter())
     manager = QueueManager(
-        connections={"main": MemoryQueue()},
+        connections={"main": queue},
         registry=JobRegistry().with_job(SayHello),
         container=container,
     )
@@ -35,6 +37,7 @@ def main() -> None:
         manager.dispatch(SayHello(name))
     stats = Worker(manager, options=WorkerOptions(once=True)).run()
     print(f"processed {stats.processed}, failed {stats.failed}")
+    manager.close()
 
 
 if __name__ == "__main__":
