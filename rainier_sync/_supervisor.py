@@ -21,6 +21,8 @@ attempt, so events, retries, ``failed()`` and the failed store read the same.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import importlib
 import logging
@@ -32,6 +34,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _clock, signals
@@ -163,17 +166,20 @@ class _Child:
         """A child waiting for work has nothing to say: anything readable means it is gone."""
         return self.alive and not self.buffer and not self.poller.poll(0)
 
-    def wait_gone(self, timeout: float) -> bool:
-        """Read and drop whatever the child still sends until it exits; True once it has."""
+    def wait_gone(self, timeout: float, said: list[dict[str, Any]] | None = None) -> bool:
+        """Read whatever the child still sends (kept in ``said``) until it exits; True once it has."""
         deadline = _clock.monotonic() + timeout
         while self.alive:
             left = deadline - _clock.monotonic()
             if left <= 0:
                 return False
             try:
-                self.next_message(left)
+                message = self.next_message(left)
             except (EOFError, ValueError):
                 self.alive = False
+                break
+            if message is not None and said is not None:
+                said.append(message)
         return True
 
     def kill(self, sig: int) -> None:
@@ -447,7 +453,14 @@ class Supervisor:
                 f"job {queued.name!r} ({queued.id}) overran its time limit of {timeout:g}s "
                 f"and was stopped with {outcome['how']}"
             )
-            return executor.conclude(queued, job, error, context, duration)
+            timed_out = ExceptionInfo.from_exception(error)
+            if outcome.get("stack"):  # where the job was when its time ran out
+                timed_out = dataclasses.replace(
+                    timed_out,
+                    traceback=f"{timed_out.traceback.rstrip()}\n\nThe job was here when it was stopped "
+                    f"(most recent call last):\n{outcome['stack']}",
+                )
+            return executor.conclude(queued, job, error, context, duration, info=timed_out)
         if outcome.get("ok"):
             return executor.conclude(queued, job, None, context, duration)
         info = ExceptionInfo.from_dict(outcome.get("error"))
@@ -475,7 +488,7 @@ class Supervisor:
                 return stopped if stopped["op"] == "done" else {"op": "abandoned"}
             if now >= hard:
                 stopped = self._stop_child(child)
-                return stopped if stopped["op"] == "done" else {"op": "timed_out", "how": stopped["how"]}
+                return stopped if stopped["op"] == "done" else {**stopped, "op": "timed_out"}
             wake = hard if told else min(soft, hard)
             try:
                 message = child.next_message(min(_SLICE, max(0.0, wake - now)))
@@ -512,12 +525,14 @@ class Supervisor:
             return late
         child.kill(signal.SIGTERM)
         how = "SIGTERM"
-        if not child.wait_gone(self.kill_grace):
+        said: list[dict[str, Any]] = []
+        if not child.wait_gone(self.kill_grace, said):
             child.kill(signal.SIGKILL)
             how = f"SIGKILL, as it outlived SIGTERM by {self.kill_grace:g}s"
-            child.wait_gone(SERVER_TIMEOUT)
+            child.wait_gone(SERVER_TIMEOUT, said)
         child.alive = False
-        return {"op": "stopped", "how": how}
+        stack = next((m.get("stack") for m in said if m.get("op") == "terminated"), None)
+        return {"op": "stopped", "how": how, "stack": stack}
 
 
 # -- the fork server and the children (run after fork; never return) ------------------------
@@ -704,7 +719,15 @@ def _child_main(
         if item is None:
             return
         message, stop_requested = item
-        answer = setup_failed or _child_attempt(message, stop_requested, registry, container, resource)
+        try:
+            answer = setup_failed or _child_attempt(message, stop_requested, registry, container, resource)
+        except _Terminated as stopped:
+            # SIGTERM: tell the worker where the job was, then leave (finally blocks have run)
+            frames = traceback.extract_tb(stopped.__traceback__)[1:-1]  # not this loop, not the handler
+            stack = "".join(traceback.format_list(frames))
+            with contextlib.suppress(OSError):
+                sock.sendall(encode({"op": "terminated", "stack": stack}).encode() + b"\n")
+            raise
         try:
             sock.sendall(encode(answer).encode() + b"\n")
         except OSError as exc:

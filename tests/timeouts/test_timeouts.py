@@ -110,6 +110,9 @@ def test_a_job_that_sleeps_past_its_limit_is_killed_then_failed_after_its_last_a
 def test_a_job_that_never_yields_is_killed(manager: QueueManager, memory: MemoryQueue, log: str, job: Job) -> None:
     info = survives(manager, memory, job, log)
     assert info.timed_out and not info.crashed
+    # the traceback shows where the job was when it was stopped
+    where = info.traceback.split("The job was here when it was stopped")[1]
+    assert "tests/timeouts/jobs.py" in where and "in handle" in where
 
 
 def test_a_job_that_ignores_sigterm_is_killed_with_sigkill(
