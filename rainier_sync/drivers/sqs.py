@@ -400,7 +400,7 @@ class SqsQueue(BaseQueue):
                 break
             if item[2].received_at < stale_before:
                 continue  # held too long: its visibility may have lapsed; SQS hands it out again
-            job = self._accept(*item)
+            job = self._accept_safely(*item)
             if job is not None:
                 taken.append(job)
         if taken:
@@ -416,7 +416,7 @@ class SqsQueue(BaseQueue):
                 want = 1 if fifo else min(_BATCH, limit - len(taken))
                 messages = self._receive(queue, url, want)
                 for message in messages:
-                    job = self._accept(*message)
+                    job = self._accept_safely(*message)
                     if job is not None:
                         taken.append(job)
                 if len(messages) < want:
@@ -424,6 +424,24 @@ class SqsQueue(BaseQueue):
             if taken:
                 break
         return taken
+
+    def _accept_safely(self, queue: str, message: dict[str, Any], receipt: _Receipt) -> QueuedJob | None:
+        """:meth:`_accept`, where a failure to hop, discard or fail one message
+        is reported and leaves it to reappear, without costing the others."""
+        try:
+            return self._accept(queue, message, receipt)
+        except Exception as exc:  # noqa: BLE001 - the message stays on SQS; its visibility lapses
+            info = ExceptionInfo.from_exception(exc)
+            log.error("handling message %s from queue %r failed: %s", receipt.message_id, queue, info.error)
+            signals.emit(
+                signals.queue_operation_failed,
+                self,
+                connection=self.connection,
+                operation="reserve",
+                error=info.error,
+                exception=info,
+            )
+            return None
 
     def _accept(self, queue: str, message: dict[str, Any], receipt: _Receipt) -> QueuedJob | None:
         """The job a received message carries, or None when it was handled here:

@@ -327,3 +327,25 @@ def test_unique_jobs_through_the_manager(queues: Queues, manager_for: Callable[.
     assert manager.dispatch(Once(tag="a")) is not None
     assert manager.dispatch(Once(tag="a")) is None
     assert q.size("default") == 1
+
+
+def test_a_message_that_cannot_be_handled_costs_only_itself(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=30)
+    q.client.delete_queue(QueueUrl=q.failed_queue_url)  # so the unreadable message has nowhere to go
+    operations: list[dict[str, Any]] = []
+
+    def on_failure(sender: Any, **kw: Any) -> None:
+        operations.append(kw)
+
+    q.client.send_message(QueueUrl=q.queue_urls["default"], MessageBody="garbage")
+    good = [job(), job()]
+    q.push_many(good)
+    signals.queue_operation_failed.connect(on_failure)
+    try:
+        taken = q.reserve_many(["default"], 10)
+    finally:
+        signals.queue_operation_failed.disconnect(on_failure)
+    assert sorted(j.id for j in taken) == sorted(j.id for j in good)
+    assert [o["operation"] for o in operations] == ["reserve"]
+    assert q.counts("default").reserved == 3, "the unreadable message stays on SQS, to be handled when it reappears"
+    q.close()
