@@ -436,3 +436,25 @@ def test_the_claim_uses_the_partial_index_with_a_large_backlog(pg_url: str, sqli
     )
     assert "USING INDEX rainier_jobs_ready" in plan and "TEMP B-TREE" not in plan, plan
     lite.close()
+
+
+def test_dispatch_within_a_mariadb_transaction(my_url: str) -> None:
+    import urllib.parse
+
+    import pymysql
+
+    manager = make_manager(my_url)
+    parts = urllib.parse.urlsplit(my_url)
+    conn = pymysql.connect(
+        host=parts.hostname, port=parts.port or 3306, user=parts.username, database=parts.path.lstrip("/")
+    )
+    conn.begin()
+    kept = manager.pending(Hello("kept")).within(conn).send()
+    conn.commit()
+    conn.begin()
+    manager.pending(Hello("rolled back")).within(conn).send()
+    conn.rollback()
+    conn.close()
+    assert manager.connection().size() == 1
+    assert once(manager).processed == 1 and ran == ["kept"] and kept is not None
+    manager.close()
