@@ -149,7 +149,7 @@ class LedgerError(Exception):
 @dataclass
 class Raises(Job):
     NAME = "timeouts.raises"
-    TIMEOUT = 10
+    TIMEOUT: ClassVar[float | None] = 10
 
     def handle(self, context: JobContext) -> None:
         try:
@@ -159,6 +159,12 @@ class Raises(Job):
                 raise KeyError("account 42") from exc
         except KeyError as exc:
             raise LedgerError("could not post entry 7") from exc
+
+
+@dataclass
+class RaisesInThread(Raises):
+    NAME = "timeouts.raises-in-thread"
+    TIMEOUT = None
 
 
 @dataclass
@@ -259,6 +265,7 @@ ALL: tuple[type[Job], ...] = (
     Segfaults,
     WaitsToBeKilled,
     Raises,
+    RaisesInThread,
     Cooperative,
     Slow,
     Hog,

@@ -174,6 +174,22 @@ def test_an_exception_in_the_child_comes_back_whole(
     assert failed_event["error"] == memory.failed[0].error
 
 
+def test_a_failure_reads_the_same_from_a_child_as_from_a_thread(manager: QueueManager, memory: MemoryQueue) -> None:
+    manager.dispatch(jobs.Raises())
+    manager.dispatch(jobs.RaisesInThread())
+    assert run_once(manager, concurrency=1).failed == 2
+    by_name = {f.name: f for f in memory.failed}
+    child, thread = by_name[jobs.Raises.NAME], by_name[jobs.RaisesInThread.NAME]
+    assert child.error == thread.error
+    assert child.exception is not None and thread.exception is not None
+    assert (child.exception.kind, child.exception.message, child.exception.causes) == (
+        thread.exception.kind,
+        thread.exception.message,
+        thread.exception.causes,
+    )
+    assert child.exception.traceback.splitlines()[-1] == thread.exception.traceback.splitlines()[-1]
+
+
 def test_a_flood_of_short_timed_jobs_reuses_its_children(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
     manager.dispatch_many([jobs.Noop(log=log) for _ in range(200)])
     worker = Worker(manager, options=WorkerOptions(concurrency=4, once=True, max_jobs_per_child=50))
