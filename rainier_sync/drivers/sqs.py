@@ -630,7 +630,9 @@ class SqsQueue(BaseQueue):
         expected = self._attributes(self.failed_queue_url)["ApproximateNumberOfMessages"]
         found: list[tuple[FailedJob, str]] = []
         empty = 0
-        while len(found) < min(expected, SCAN_LIMIT) and empty < 3:
+        # Until a receive comes back empty, and SQS's (lagging) count is reached
+        # or three receives in a row were empty.
+        while len(found) < SCAN_LIMIT:
             response = self.client.receive_message(
                 QueueUrl=self.failed_queue_url,
                 MaxNumberOfMessages=_BATCH,
@@ -641,7 +643,10 @@ class SqsQueue(BaseQueue):
             messages = response.get("Messages", [])
             if not messages:
                 empty += 1
+                if len(found) >= expected or empty >= 3:
+                    break
                 continue
+            empty = 0
             for message in messages:
                 found.append((self._failed_entry(message), message["ReceiptHandle"]))
         return found
