@@ -129,6 +129,18 @@ def _chunks(items: Sequence[Any], size: int = _BATCH) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+_STALE_CODES = {"ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"}
+
+
+def _stale_receipt(exc: Exception) -> bool:
+    """SQS's answer when a receipt no longer holds its message: the message is
+    gone, or its reservation lapsed and another receive took it."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error", {}) if isinstance(response, dict) else {}
+    code, message = str(error.get("Code", "")), str(error.get("Message", "")).lower()
+    return code in _STALE_CODES or (code == "InvalidParameterValue" and "receipthandle" in message.replace(" ", ""))
+
+
 class SqsQueue(BaseQueue):
     """Jobs on Amazon SQS (or any server speaking its API).
 
@@ -527,10 +539,28 @@ class SqsQueue(BaseQueue):
         ):
             signals.emit(signal, self, job=job, connection=self.connection, error=info.error, exception=info, **extra)
 
-    def acknowledge(self, job: QueuedJob) -> None:
+    def _on_receipt(self, operation: str, job: QueuedJob, method: str, **params: Any) -> None:
+        """Call ``method`` with ``job``'s receipt; a receipt that no longer holds
+        the message is logged, not raised (the worker would retry it forever)."""
         receipt: _Receipt | None = job.receipt
-        if receipt is not None:
-            self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
+        if receipt is None:
+            return
+        try:
+            getattr(self.client, method)(QueueUrl=receipt.url, ReceiptHandle=receipt.handle, **params)
+        except Exception as exc:
+            if not _stale_receipt(exc):
+                raise
+            log.warning(
+                "could not %s job %s (%s): its message is gone, or its reservation lapsed and another "
+                "receive holds it now (%s)",
+                operation,
+                job.id,
+                job.name,
+                exc,
+            )
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        self._on_receipt("acknowledge", job, "delete_message")
 
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
         """``DeleteMessageBatch``, ten per call."""
@@ -570,15 +600,12 @@ class SqsQueue(BaseQueue):
             return
         wait = max(0.0, float(delay))
         if wait <= MAX_DELAY or _is_fifo(receipt.url):
-            self.client.change_message_visibility(
-                QueueUrl=receipt.url,
-                ReceiptHandle=receipt.handle,
-                VisibilityTimeout=min(MAX_VISIBILITY, math.ceil(wait)),
-            )
+            visibility = min(MAX_VISIBILITY, math.ceil(wait))
+            self._on_receipt("release", job, "change_message_visibility", VisibilityTimeout=visibility)
             return
         later = replace(job, receipt=None, available_at=_clock.now() + wait)
         self.client.send_message(QueueUrl=receipt.url, **self._entry(later, receipt.url, _clock.now()))
-        self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
+        self._on_receipt("release", job, "delete_message")
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Send the job to the failed queue, then delete it from its own."""
@@ -587,9 +614,7 @@ class SqsQueue(BaseQueue):
         plain = replace(job, receipt=None)
         entry = {_FAILED_MARK: 1, "job": plain.to_wire(), "error": info.to_dict(), "failed_at": failed_at}
         self._send_failed(encode(entry))
-        receipt: _Receipt | None = job.receipt
-        if receipt is not None:
-            self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
+        self._on_receipt("fail", job, "delete_message")
         return FailedJob.of(plain, info, failed_at)
 
     def _send_failed(self, body: str) -> None:

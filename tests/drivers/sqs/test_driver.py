@@ -349,3 +349,17 @@ def test_a_message_that_cannot_be_handled_costs_only_itself(queues: Queues) -> N
     assert [o["operation"] for o in operations] == ["reserve"]
     assert q.counts("default").reserved == 3, "the unreadable message stays on SQS, to be handled when it reappears"
     q.close()
+
+
+def test_settling_with_a_receipt_that_no_longer_holds_its_message_does_not_raise(
+    queues: Queues, caplog: pytest.LogCaptureFixture
+) -> None:
+    q = queues.driver(visibility_timeout=30)
+    q.push(job())
+    got = reserve_eventually(q, ["default"])
+    q.acknowledge(got)
+    q.release(got, 0)  # SQS answers ReceiptHandleIsInvalid: logged, or the worker would retry it forever
+    q.acknowledge(got)
+    assert "its message is gone" in caplog.text
+    assert q.size("default") == 0
+    q.close()
