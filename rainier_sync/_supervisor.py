@@ -776,6 +776,7 @@ def _child_attempt(
 ) -> dict[str, Any]:
     started = time.monotonic()
     limit_set = None
+    signal.signal(signal.SIGTERM, _on_sigterm)  # an earlier job in this child may have changed it
     try:
         queued = QueuedJob.from_wire(message["job"], connection=str(message.get("connection", "default")))
         job_class = registry.get(queued.name)
