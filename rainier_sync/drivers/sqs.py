@@ -853,10 +853,18 @@ class SqsQueue(BaseQueue):
             waker.set()
 
     def _let_go(self, items: Sequence[tuple[str, dict[str, Any], _Receipt]]) -> None:
+        """Hand back messages received but never run. On a standard queue each is
+        sent again and the held one deleted, so the receive it cost is not
+        counted as an attempt; a FIFO queue keeps its order instead (visibility 0)."""
+        fifo = [(q, r) for q, _, r in items if _is_fifo(r.url)]
         try:
+            for _, message, receipt in items:
+                if not _is_fifo(receipt.url):
+                    self.client.send_message(QueueUrl=receipt.url, MessageBody=message.get("Body", ""))
+                    self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
             self._batch(
                 "change_message_visibility_batch",
-                [QueuedJob(id=r.message_id, name="(held)", queue=q, payload={}, receipt=r) for q, _, r in items],
+                [QueuedJob(id=r.message_id, name="(held)", queue=q, payload={}, receipt=r) for q, r in fifo],
                 lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
             )
         except Exception as exc:  # noqa: BLE001 - they become visible when their timeout lapses anyway

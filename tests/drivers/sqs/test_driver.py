@@ -363,3 +363,37 @@ def test_settling_with_a_receipt_that_no_longer_holds_its_message_does_not_raise
     assert "its message is gone" in caplog.text
     assert q.size("default") == 0
     q.close()
+
+
+def test_a_message_a_long_poll_brought_in_is_handed_back_uncounted_on_close(queues: Queues) -> None:
+    from rainier_sync.drivers.base import Waker
+
+    first = queues.driver(wait_time=5, visibility_timeout=30)
+    waker = Waker()
+    first.wait_for_jobs(["default"], 0, waker)  # starts the long poll and returns at once
+    pushed = job(tries=1)
+    first.push(pushed)
+    wait_until(lambda: bool(first._buffer), timeout=5, message="the long poll to bring the job in")
+    first.close()
+    waker.close()
+    second = SqsQueue(
+        first.queue_urls["default"],
+        failed_queue_url=first.failed_queue_url,
+        endpoint=queues.endpoint,
+        region="us-east-1",
+        key="testing",
+        secret="testing",
+    )
+    got = reserve_eventually(second, ["default"])
+    assert (got.id, got.attempts) == (pushed.id, 1), "a receive that ran nothing is not an attempt"
+    second.close()
+
+
+def test_a_ready_client_can_be_given(queues: Queues, sqs_client: Any) -> None:
+    q = SqsQueue(queues.create("default"), failed_queue_url=queues.create("failed"), client=sqs_client)
+    assert q.region == "us-east-1"
+    pushed = job()
+    q.push(pushed)
+    assert reserve_eventually(q, ["default"]).id == pushed.id
+    q.close()
+    assert sqs_client.list_queues() is not None, "a client the driver was given is not closed by it"
