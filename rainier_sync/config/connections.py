@@ -110,14 +110,16 @@ class ConnectionConfig:
 def _check_connection(name: Any, declaration: Any, source: _Source) -> ConnectionConfig:
     if not isinstance(name, str) or not name.strip() or name != name.strip():
         raise ConfigurationError(f"{source.at('connections')}connection name {name!r} must be a non-empty word")
-    where = f"{source.at('connections', name)}connection {name!r}"
+    def where() -> str:
+        return f"{source.at('connections', name)}connection {name!r}"
+
     if not isinstance(declaration, Mapping):
         raise ConfigurationError(
-            f'{where}: must be a table of settings with a driver, e.g. {{"driver": "database"}}, got {declaration!r}'
+            f'{where()}: must be a table of settings with a driver, e.g. {{"driver": "database"}}, got {declaration!r}'
         )
     if "driver" not in declaration:
         raise ConfigurationError(
-            f"{where}: has no driver; name one of {', '.join(DRIVERS)} (a connection without a driver "
+            f"{where()}: has no driver; name one of {', '.join(DRIVERS)} (a connection without a driver "
             "would quietly become whatever a default pointed at)"
         )
     driver = declaration["driver"]
@@ -133,21 +135,21 @@ def _check_connection(name: Any, declaration: Any, source: _Source) -> Connectio
     for key, value in declaration.items():
         if key == "driver":
             continue
-        at = f"{source.at('connections', name, str(key))}connection {name!r} ({driver})"
         refused = refusal(driver, str(key))
         if refused is not None:
             why, instead = refused
-            raise ConfigurationError(f"{at}: {key!r} cannot be honoured: {why}. Write instead: {instead}")
-        kind = known.get(key)
-        if kind is None:
+            problem = f"{key!r} cannot be honoured: {why}. Write instead: {instead}"
+        elif key not in known:
             takes = ", ".join(sorted(known)) or "no settings"
-            raise ConfigurationError(
-                f"{at}: unknown setting {key!r}{_suggest(str(key), sorted(known))} ({driver} takes: {takes})"
-            )
-        try:
-            settings[key] = kind.check(value)
-        except _Bad as exc:
-            raise ConfigurationError(f"{at}: {key} {exc}") from None
+            problem = f"unknown setting {key!r}{_suggest(str(key), sorted(known))} ({driver} takes: {takes})"
+        else:
+            try:
+                settings[key] = known[key].check(value)
+                continue
+            except _Bad as exc:
+                problem = f"{key} {exc}"
+        # Where the key is (a file's line) is only looked up for an error.
+        raise ConfigurationError(f"{source.at('connections', name, str(key))}connection {name!r} ({driver}): {problem}")
     config = ConnectionConfig(name, driver, settings, source=source)
     _check_together(config)
     return config
