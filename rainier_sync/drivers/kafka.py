@@ -536,13 +536,16 @@ class KafkaQueue(BaseQueue):
             log.warning("kafka: could not read offsets after an assignment: %s", exc)
 
     def _unmet(self) -> bool:
+        """True while a record known to exist is not read yet, on a queue with
+        nothing ready to hand out (one with records ready need not wait)."""
         for tp, offset in list(self._expect.offsets.items()):
             part = self._parts.get(tp)
             if part is None or part.read_to > offset:
                 if part is not None:
                     del self._expect.offsets[tp]
                 continue
-            return True
+            if not self._ready.get(self._queue_of(tp[0])[0]):
+                return True
         return False
 
     def _fill(self, consumer: Consumer) -> None:
