@@ -110,6 +110,7 @@ class ConnectionConfig:
 def _check_connection(name: Any, declaration: Any, source: _Source) -> ConnectionConfig:
     if not isinstance(name, str) or not name.strip() or name != name.strip():
         raise ConfigurationError(f"{source.at('connections')}connection name {name!r} must be a non-empty word")
+
     def where() -> str:
         return f"{source.at('connections', name)}connection {name!r}"
 

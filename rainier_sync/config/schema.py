@@ -194,8 +194,14 @@ ENVIRONMENT: dict[str, dict[str, tuple[str, ...]]] = {
         "key": ("AWS_ACCESS_KEY_ID",),
         "secret": ("AWS_SECRET_ACCESS_KEY",),
         "failed_queue_url": ("SQS_FAILED_QUEUE_URL",),
+        "visibility_timeout": ("QUEUE_RESERVATION",),
     },
-    "kafka": {"brokers": ("KAFKA_BROKERS",), "group": ("KAFKA_GROUP",), "topic_prefix": ("KAFKA_TOPIC_PREFIX",)},
+    "kafka": {
+        "brokers": ("KAFKA_BROKERS",),
+        "group": ("KAFKA_GROUP",),
+        "topic_prefix": ("KAFKA_TOPIC_PREFIX",),
+        "lease": ("QUEUE_RESERVATION",),
+    },
 }
 
 #: The period after which another worker may take a reserved job, per driver.
@@ -281,6 +287,7 @@ def refusal(driver: str, key: str) -> tuple[str, str] | None:
 #: Variables another framework reads for its queue; with QUEUE_DRIVER set, each is refused.
 ENV_REFUSED: dict[str, tuple[str | None, str, str]] = {
     "QUEUE_CONNECTION": (None, "it is another framework's name for the driver", "QUEUE_DRIVER"),
+    "QUEUE_RESERVATION": ("sync", "sync runs jobs inline and reserves none", "nothing"),
     "SQS_PREFIX": ("sqs", "it composes a queue URL out of parts", "SQS_QUEUE_URL (the whole URL)"),
     "SQS_SUFFIX": ("sqs", "it composes a queue URL out of parts", "SQS_QUEUE_URL (the whole URL)"),
     "SQS_QUEUE": ("sqs", *_QUEUE_WHY),

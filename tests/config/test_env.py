@@ -137,3 +137,19 @@ def test_another_frameworks_queue_variables_are_refused(driver: str, variable: s
 def test_another_drivers_variables_are_left_alone() -> None:
     # SQS_PREFIX means nothing to a memory connection, and may be the application's own.
     assert QueueManager.from_env(environ={"QUEUE_DRIVER": "memory", "SQS_PREFIX": "x"}).default == "memory"
+
+
+@pytest.mark.parametrize(("driver", "key"), [("sqs", "visibility_timeout"), ("kafka", "lease")])
+def test_queue_reservation_is_each_drivers_own_period(driver: str, key: str) -> None:
+    environ = {"QUEUE_DRIVER": driver, "QUEUE_RESERVATION": "300", "KAFKA_BROKERS": "a:9092",
+               "SQS_QUEUE_URL": SQS, "SQS_FAILED_QUEUE_URL": SQS + "-f"}  # fmt: skip
+    connection = Connections.from_env(environ)[driver]
+    assert connection.settings[key] == 300 and connection.label(key) == "QUEUE_RESERVATION"
+    with pytest.raises(ConfigurationError, match="QUEUE_RESERVATION is 300s but the longest job takes 400s"):
+        Connections.from_env(environ).check_reservations(400)
+
+
+def test_queue_reservation_is_refused_for_sync() -> None:
+    assert "QUEUE_RESERVATION cannot be honoured: sync runs jobs inline" in boot_error(
+        {"QUEUE_DRIVER": "sync", "QUEUE_RESERVATION": "90"}
+    )
