@@ -24,9 +24,15 @@ __all__ = ["QueueResources", "boot_from_env", "boot_from_config"]
 
 @dataclass
 class QueueResources:
-    """What a configuration file cannot hold: the registry and container (sync
-    runs jobs inline), the application's database URL (database driver) and a
-    shared lock store (kafka, and unique jobs)."""
+    """What a configuration file cannot hold.
+
+    - ``registry`` and ``container``: what ``sync`` runs jobs with (and every
+      worker; the boot's own ``registry=``/``container=`` arguments do the same).
+    - ``database``: the application's database URL, for ``database``
+      connections (else ``DATABASE_URL``).
+    - ``locks``: a shared lock store, required by ``kafka`` and used by unique
+      jobs on every connection.
+    """
 
     registry: JobRegistry | None = None
     container: Container | None = None
@@ -77,7 +83,9 @@ def boot_from_config(
 
 def _one(what: str, given: Any, resource: Any) -> Any:
     if given is not None and resource is not None and given is not resource:
-        raise ConfigurationError(f"two {what}s were given (an argument and QueueResources.{what}); give one")
+        raise ConfigurationError(
+            f"two different {what} objects were given (the {what}= argument and QueueResources.{what}); give one"
+        )
     return given if given is not None else resource
 
 
