@@ -211,8 +211,12 @@ class KafkaQueue(BaseQueue):
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,
+            # A record is delivered or failed for good before push returns: no
+            # late delivery of a job the caller was told was refused.
+            "message.timeout.ms": 30_000,
             **dict(producer_config or {}),
         }
+        self._flush_timeout = float(self._producer_config["message.timeout.ms"]) / 1000 + 5
         self._consumer_config: dict[str, Any] = {
             **base,
             "group.id": group,
@@ -278,7 +282,10 @@ class KafkaQueue(BaseQueue):
         missing = [n for n in names if n not in self._topics]
         if not missing:
             return
-        existing = set(self._admin.list_topics(timeout=10).topics)
+        try:
+            existing = set(self._admin.list_topics(timeout=10).topics)
+        except KafkaException as exc:
+            raise KafkaQueueError(f"kafka: brokers {self.brokers} did not answer: {exc}") from exc
         create = [n for n in missing if n not in existing]
         if create:
             futures = self._admin.create_topics(
@@ -323,9 +330,11 @@ class KafkaQueue(BaseQueue):
                     break
                 except BufferError:
                     producer.poll(0.05)
-        left = producer.flush(30)
+        left = producer.flush(self._flush_timeout)
         if left or pending[0] > 0:
-            raise KafkaQueueError(f"kafka: {pending[0]} record(s) not acknowledged by the broker within 30s")
+            raise KafkaQueueError(
+                f"kafka: {pending[0]} record(s) not acknowledged by the broker within {self._flush_timeout:.0f}s"
+            )
         if failures:
             raise KafkaQueueError(f"kafka: {len(failures)} record(s) refused: {failures[0]}")
 
