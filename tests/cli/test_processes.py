@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
@@ -115,6 +116,8 @@ def test_retry_all_shows_progress_on_a_terminal() -> None:
         seen = b""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            if not select.select([leader], [], [], 1.0)[0]:
+                continue
             try:
                 chunk = os.read(leader, 4096)
             except OSError:  # the process closed its end

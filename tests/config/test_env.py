@@ -153,3 +153,15 @@ def test_queue_reservation_is_refused_for_sync() -> None:
     assert "QUEUE_RESERVATION cannot be honoured: sync runs jobs inline" in boot_error(
         {"QUEUE_DRIVER": "sync", "QUEUE_RESERVATION": "90"}
     )
+
+
+def test_unset_builds_no_queue_and_dispatch_says_so() -> None:
+    import rainier_sync
+    from rainier_sync import NoQueueConfiguredError
+
+    from .conftest import Ping
+
+    manager = QueueManager.from_env(environ={})
+    assert manager.connections == {} and rainier_sync.instance() is manager
+    with pytest.raises(NoQueueConfiguredError, match="no queue is configured"):
+        rainier_sync.dispatch(Ping())
