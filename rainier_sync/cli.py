@@ -129,7 +129,7 @@ def _manager(args: argparse.Namespace) -> QueueManager:
         set_instance(manager)
     else:
         manager = QueueManager.from_env()
-    args.manager = manager
+        args.booted = manager  # built here, so closed here; an application's manager is its own to close
     if not manager.connections:
         raise UsageError("no queue is configured: pass --app module:attribute, set RAINIER_APP, or set QUEUE_DRIVER")
     return manager
@@ -565,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback, unless -v
         return _fail(f"{_one_line(exc)} (-v shows the traceback)", EXIT_FAILURE, verbose)
     finally:
-        manager = getattr(args, "manager", None)
+        manager = getattr(args, "booted", None)
         if manager is not None:
             try:
                 manager.close()
