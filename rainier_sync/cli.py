@@ -475,11 +475,15 @@ def build_parser() -> argparse.ArgumentParser:
     app_help = "module:attribute of a QueueManager, or of a factory returning one (default: $RAINIER_APP)"
     # Accepted before and after the command; SUPPRESS keeps a subcommand from resetting what came before it.
     common = _Parser(add_help=False)
-    common.add_argument("--app", default=argparse.SUPPRESS, help=app_help)
+    common.add_argument("--app", metavar="MODULE:ATTR", default=argparse.SUPPRESS, help=app_help)
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    parser = _Parser(prog="rainier-sync", description="Run and manage rainier_sync job queues.")
+    parser = _Parser(
+        prog="rainier-sync",
+        description="Run and manage rainier_sync job queues.",
+        epilog="Exit codes: 0 done, 1 an operation failed, 2 bad usage or configuration, 130 interrupted.",
+    )
     parser.add_argument("--version", action="version", version=f"rainier-sync {__version__}")
-    parser.add_argument("--app", help=app_help)
+    parser.add_argument("--app", metavar="MODULE:ATTR", help=app_help)
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
