@@ -8,6 +8,8 @@ For each dialect (PostgreSQL in a schema of its own, SQLite WAL with
 
 - ``dispatch``: ``manager.dispatch`` one job at a time.
 - ``dispatch_many``: ``manager.dispatch_many`` in batches of 1,000.
+- ``push_many``: the driver alone, ``push_many`` of jobs built beforehand,
+  1,000 per call (what ``dispatch_many`` costs without the manager's work).
 - ``drain``: one :class:`~rainier_sync.Worker` with ``--threads`` threads runs
   ``--jobs`` no-op jobs from a full queue to empty (``once`` mode).
 - ``claim+ack``: the driver alone, one thread: ``reserve_many(8)`` then
@@ -37,6 +39,7 @@ from typing import Callable
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.database import DatabaseQueue
+from rainier_sync.types import QueuedJob
 
 started_at: list[float] = []
 probe_started = threading.Event()
@@ -129,6 +132,19 @@ def bench_dispatch_many(target: Target, n: int) -> float:
     return rate
 
 
+def bench_push_many(target: Target, n: int) -> float:
+    """The driver alone: ``push_many`` of prepared jobs, 1,000 per call (no manager)."""
+    m = target.manager()
+    queue = m.connection()
+    jobs = [QueuedJob(id=uuid.uuid4().hex, name="bench.noop", queue="default", payload={}) for _ in range(n)]
+    started = time.perf_counter()
+    for start in range(0, n, 1000):
+        queue.push_many(jobs[start : start + 1000])
+    rate = n / (time.perf_counter() - started)
+    m.close()
+    return rate
+
+
 def bench_drain(target: Target, n: int, threads: int, backlog: int = 0) -> float:
     m = target.manager()
     fill(m, n + backlog)
@@ -201,6 +217,7 @@ def main() -> None:
                     "dialect": dialect,
                     "dispatch": bench_dispatch(target, min(args.jobs, 5000)),
                     "dispatch_many": bench_dispatch_many(target, args.jobs * 5),
+                    "push_many": bench_push_many(target, args.jobs * 5),
                     "drain": statistics.median(bench_drain(target, args.jobs, args.threads) for _ in range(3)),
                     "claim+ack": bench_claim_ack(target, args.jobs),
                     "backlog drain": bench_drain(target, args.jobs, args.threads, backlog=args.backlog),
@@ -213,7 +230,7 @@ def main() -> None:
             finally:
                 target.cleanup()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    heads = ["dialect", "dispatch", "dispatch_many", "drain", "claim+ack", "backlog drain", "backlog / empty",
+    heads = ["dialect", "dispatch", "dispatch_many", "push_many", "drain", "claim+ack", "backlog drain", "backlog / empty",
              "latency p50 ms", "latency p99 ms"]
     print("| " + " | ".join(heads) + " |")
     print("|" + "|".join("---" for _ in heads) + "|")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import select
 import sqlite3
 import threading
@@ -193,12 +194,7 @@ class DatabaseQueue(BaseQueue):
             raise ValueError(f"reservation must be a positive number of seconds, got {reservation!r}")
         self.reservation: float = float(reservation)
         target = DatabaseUrl.parse(url)
-        self._backend = _Backend(target, reconnect_for=reconnect_for, application_name=application_name)
-        self._consumer: _Backend | None = None if target.dialect == POSTGRESQL else self._backend
-        self._consumer_lock = threading.Lock()
-        self._consumer_init = () if synchronous_commit else ("SET synchronous_commit TO off",)
-        self.dialect = self._backend.dialect
-        self.url = self._backend.target.redacted
+        self.dialect = target.dialect
         if claim is None:
             claim = "skip_locked" if self.dialect == POSTGRESQL else "optimistic"
         if claim not in _CLAIM_PATHS:
@@ -208,9 +204,14 @@ class DatabaseQueue(BaseQueue):
         self.claim = claim
         if poll_interval is None:
             poll_interval = 0.01 if self.dialect == SQLITE else 0.25
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
         self.poll_interval = float(poll_interval)
+        self.url = target.redacted
+        self._backend = _Backend(target, reconnect_for=reconnect_for, application_name=application_name)
+        self._consumer: _Backend | None = None if target.dialect == POSTGRESQL else self._backend
+        self._consumer_lock = threading.Lock()
+        self._consumer_init = () if synchronous_commit else ("SET synchronous_commit TO off",)
         self._sql = self._backend.sql
         self._waiters: set[Waker] = set()
         self._waiters_lock = threading.Lock()
@@ -318,12 +319,10 @@ class DatabaseQueue(BaseQueue):
         cursor = connection.cursor()
         sql = self._sql(self._insert_one(ignore_duplicates=False))
         for job in jobs:
-            cursor.execute(sql, self._row(replace_connection(job, self.connection)))
+            cursor.execute(sql, self._row(job))
         return [job.id for job in jobs]
 
     def _check_same_sqlite_file(self, connection: sqlite3.Connection) -> None:
-        import os
-
         rows = connection.execute("PRAGMA database_list").fetchall()
         files = {os.path.realpath(row[2]) for row in rows if row[1] == "main" and row[2]}
         ours = os.path.realpath(self._backend.target.path)
