@@ -230,7 +230,7 @@ class SqsQueue(BaseQueue):
             self._owns_client = True
         self._lock = threading.Lock()
         self._buffer: list[tuple[str, dict[str, Any], _Receipt]] = []
-        self._polling: set[str] = set()
+        self._polling: dict[str, float] = {}  # queue -> when its long poll started (monotonic)
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
         self._closed = False
@@ -402,7 +402,9 @@ class SqsQueue(BaseQueue):
         stale_before = _clock.monotonic() - self.reservation / 2
         with self._lock:
             buffered, self._buffer = self._buffer, []
-            polling = set(self._polling)
+            # A poll running past its wait time is stuck on the network: look beside it.
+            fresh = _clock.monotonic() - self.wait_time - 1
+            polling = {queue for queue, started in self._polling.items() if started > fresh}
         order = {queue: index for index, (queue, _) in enumerate(urls)}
         buffered.sort(key=lambda item: order.get(item[0], len(order)))
         for index, item in enumerate(buffered):
@@ -823,7 +825,7 @@ class SqsQueue(BaseQueue):
             if self.wait_time > 0:
                 for queue, url in urls:
                     if queue not in self._polling:
-                        self._polling.add(queue)
+                        self._polling[queue] = _clock.monotonic()
                         threading.Thread(
                             target=self._long_poll, args=(queue, url), name=f"rainier-sqs-poll-{queue}", daemon=True
                         ).start()
@@ -842,7 +844,7 @@ class SqsQueue(BaseQueue):
             with self._lock:
                 self._poll_error = exc
         with self._lock:
-            self._polling.discard(queue)
+            self._polling.pop(queue, None)
             closed = self._closed
             if not closed:
                 self._buffer.extend(got)
