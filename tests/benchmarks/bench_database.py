@@ -230,8 +230,18 @@ def main() -> None:
             finally:
                 target.cleanup()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    heads = ["dialect", "dispatch", "dispatch_many", "push_many", "drain", "claim+ack", "backlog drain", "backlog / empty",
-             "latency p50 ms", "latency p99 ms"]
+    heads = [
+        "dialect",
+        "dispatch",
+        "dispatch_many",
+        "push_many",
+        "drain",
+        "claim+ack",
+        "backlog drain",
+        "backlog / empty",
+        "latency p50 ms",
+        "latency p99 ms",
+    ]
     print("| " + " | ".join(heads) + " |")
     print("|" + "|".join("---" for _ in heads) + "|")
     for row in rows:
