@@ -242,7 +242,20 @@ for i = 8, #ARGV do
         local entries = got[1][2]
         for _, e in ipairs(entries) do
           redis.call('ZADD', base .. 'reserved', deadline, band .. '|' .. e[1])
-          out[#out + 1] = {q, band, e[1], e[2]}
+          local j, a = nil, '0'
+          for k = 1, #e[2], 2 do
+            if e[2][k] == 'j' then
+              j = e[2][k + 1]
+            elseif e[2][k] == 'a' then
+              a = e[2][k + 1]
+            end
+          end
+          -- one string per job keeps the reply cheap to parse: queue, band, id, attempts, then the envelope
+          if j then
+            out[#out + 1] = q .. '\\n' .. band .. '\\n' .. e[1] .. '\\n' .. a .. '\\nj' .. j
+          else
+            out[#out + 1] = q .. '\\n' .. band .. '\\n' .. e[1] .. '\\n' .. a .. '\\n-'
+          end
         end
         left = left - #entries
         if left <= 0 then
@@ -411,6 +424,10 @@ _PROMOTE = 1000
 _GROUP = "rainier"
 
 
+def _consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
 class _Receipt(NamedTuple):
     """Where a reserved job's stream entry is, and its envelope to put back on release."""
 
@@ -443,7 +460,14 @@ class RedisQueue(BaseQueue):
 
     driver = QueueDriver.REDIS
 
-    def __init__(self, client: redis.Redis, prefix: str = "rainier:queue:", reservation: float = 90) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "rainier:queue:",
+        reservation: float = 90,
+        *,
+        consumer: str | None = None,
+    ) -> None:
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"redis connection: prefix must be a non-empty string, got {prefix!r}")
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
@@ -453,7 +477,8 @@ class RedisQueue(BaseQueue):
         self._client = client
         self.prefix = prefix
         self.reservation: float = float(reservation)
-        self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        #: This process's name in the consumer group (also its connections' client name).
+        self.consumer = consumer or _consumer_name()
         self._scripts = {
             name: client.register_script(source)
             for name, source in (
@@ -520,6 +545,7 @@ class RedisQueue(BaseQueue):
             retry = Retry(ExponentialBackoff(cap=max_backoff or 1.0, base=0.01), reconnect_attempts or 3)
         else:
             retry = Retry(NoBackoff(), 0)
+        consumer = _consumer_name()
         pool = redis.ConnectionPool.from_url(
             url,
             protocol=2,
@@ -527,11 +553,11 @@ class RedisQueue(BaseQueue):
             socket_connect_timeout=connect_timeout,
             socket_timeout=response_timeout,
             retry=retry,
-            client_name="rainier-queue",
+            client_name=f"rainier-queue-{consumer}",
         )
         client = redis.Redis(connection_pool=pool)
         client.auto_close_connection_pool = True
-        return cls(client, prefix=prefix, reservation=reservation)
+        return cls(client, prefix=prefix, reservation=reservation, consumer=consumer)
 
     @property
     def client(self) -> redis.Redis:
@@ -603,27 +629,30 @@ class RedisQueue(BaseQueue):
             ]
         )
         jobs: list[QueuedJob] = []
-        for queue_raw, band, entry, fields in rows:
+        connection = self.connection
+        for row in rows:
+            queue_raw, band, entry, attempts, body = row.split(b"\n", 4)
             queue = queue_raw.decode()
-            values = dict(zip(fields[::2], fields[1::2], strict=False))
-            body = values.get(b"j")
             try:
-                if body is None:
+                if body[:1] != b"j":
                     raise PayloadError("the stream entry has no 'j' (job) field")
-                attempts = values.get(b"a", b"0")
+                body = body[1:]
                 if not attempts.isdigit():
                     raise PayloadError(f"the stream entry's attempts field is not a count: {attempts!r}")
-                job = QueuedJob.decode(body, connection=self.connection, receipt=_Receipt(queue, band, entry, body))
-                job.attempts = int(attempts) + 1
-                self._streams_read.add((queue, band))
+                job = QueuedJob.decode(body, connection=connection, receipt=_Receipt(queue, band, entry, body))
             except PayloadError as exc:
-                self._discard(queue, band, entry, values, exc)
+                self._discard(queue, band, entry, exc)
                 continue
+            job.attempts = int(attempts) + 1
+            if (queue, band) not in self._streams_read:
+                self._streams_read.add((queue, band))
             jobs.append(job)
         return jobs
 
-    def _discard(self, queue: str, band: bytes, entry: bytes, values: dict[bytes, bytes], exc: PayloadError) -> None:
+    def _discard(self, queue: str, band: bytes, entry: bytes, exc: PayloadError) -> None:
         """An entry nobody can run: into the failed store (keeping its raw fields), and say so."""
+        found: Any = self._client.xrange(f"{self.prefix}{queue}:ready:{band.decode()}", entry, entry)
+        values: dict[bytes, bytes] = found[0][1] if found else {}
         raw = encode({k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in values.items()})
         info = ExceptionInfo.from_exception(exc)
         entry_id = entry.decode()
