@@ -302,7 +302,11 @@ class SqsQueue(BaseQueue):
     def push(self, job: QueuedJob) -> str:
         url = self.url_of(job.queue)
         entry = self._entry(job, url, _clock.now())
-        self.client.send_message(QueueUrl=url, **entry)
+        try:
+            self.client.send_message(QueueUrl=url, **entry)
+        except Exception as exc:
+            exc.add_note(f"while sending job {job.id} ({job.name}) to queue {job.queue!r} at {url}")
+            raise
         return job.id
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
@@ -317,7 +321,14 @@ class SqsQueue(BaseQueue):
         failed: dict[str, str] = {}
         for url, items in by_url.items():
             for batch in self._size_batches(items):
-                ok, bad = self._send_batch(url, batch)
+                try:
+                    ok, bad = self._send_batch(url, batch)
+                except Exception as exc:
+                    exc.add_note(
+                        f"while sending {len(batch)} job(s) to queue {batch[0][0].queue!r} at {url}; "
+                        f"already sent: {', '.join(done) or 'none'}"
+                    )
+                    raise
                 done.extend(ok)
                 failed.update(bad)
         if failed:

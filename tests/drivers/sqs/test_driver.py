@@ -397,3 +397,16 @@ def test_a_ready_client_can_be_given(queues: Queues, sqs_client: Any) -> None:
     assert reserve_eventually(q, ["default"]).id == pushed.id
     q.close()
     assert sqs_client.list_queues() is not None, "a client the driver was given is not closed by it"
+
+
+def test_a_send_to_a_queue_that_is_gone_names_the_job_and_queue(queues: Queues) -> None:
+    q = queues.driver()
+    q.client.delete_queue(QueueUrl=q.queue_urls["default"])
+    lost = job()
+    with pytest.raises(Exception) as caught:
+        q.push(lost)
+    assert any(lost.id in note and "'default'" in note for note in caught.value.__notes__)
+    with pytest.raises(Exception) as caught:
+        q.push_many([job(), job()])
+    assert any("2 job(s) to queue 'default'" in note for note in caught.value.__notes__)
+    q.close()
