@@ -23,6 +23,7 @@ from rainier_sync import (
 )
 from rainier_sync.config.schema import DEFAULT_PERIOD
 from rainier_sync.drivers import MemoryQueue, SyncQueue
+from rainier_sync.locks import MemoryLockStore
 
 from .conftest import Ping
 
@@ -230,8 +231,6 @@ def test_two_different_registries_are_refused(registry: JobRegistry) -> None:
 
 
 def test_the_lock_store_reaches_the_manager() -> None:
-    from rainier_sync.locks import MemoryLockStore
-
     locks = MemoryLockStore()
     manager = QueueManager.from_config(
         {"connections": {"m": {"driver": "memory"}}}, resources=QueueResources(locks=locks), environ={}
@@ -239,21 +238,43 @@ def test_the_lock_store_reaches_the_manager() -> None:
     assert manager.locks is locks
 
 
-def test_a_driver_whose_extra_is_missing_names_the_driver_and_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("driver", "library", "declaration", "environ"),
+    [
+        ("redis", "redis", {"url": "redis://127.0.0.1:6379/1"}, {}),
+        ("sqs", "boto3", {"queue_url": "https://sqs.x/1/j", "failed_queue_url": "https://sqs.x/1/f"}, {}),
+        ("kafka", "confluent_kafka", {"brokers": "127.0.0.1:9092"}, {}),
+        ("database", "psycopg", {}, {"DATABASE_URL": "postgresql://nobody@127.0.0.1:5432/test"}),
+    ],
+)
+def test_a_driver_whose_extra_is_missing_names_the_driver_and_the_extra(
+    monkeypatch: pytest.MonkeyPatch, driver: str, library: str, declaration: dict[str, str], environ: dict[str, str]
+) -> None:
     import rainier_sync.drivers as drivers
-    import rainier_sync.drivers.sqs as sqs_module
 
-    # Import it again with boto3 "not installed"; the real module is put back afterwards.
-    monkeypatch.setattr(drivers, "sqs", sqs_module)
-    monkeypatch.delitem(sys.modules, "rainier_sync.drivers.sqs")
-    monkeypatch.setitem(sys.modules, "boto3", None)
-    url = "https://sqs.us-east-1.amazonaws.com/1/j"
-    section = {"connections": {"bulk": {"driver": "sqs", "queue_url": url, "failed_queue_url": url + "-failed"}}}
+    # Import the driver again with its client library "not installed"; every
+    # module is put back afterwards.
+    for name in [n for n in sys.modules if n.startswith((f"rainier_sync.drivers.{driver}", library))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(drivers, driver, getattr(drivers, driver, None), raising=False)
+    monkeypatch.setitem(sys.modules, library, None)
+    extra = {"database": "postgres"}.get(driver, driver)
+    section = {"connections": {"c": {"driver": driver, **declaration}}}
     with pytest.raises(ConfigurationError) as caught:
-        QueueManager.from_config(section, environ={})
+        QueueManager.from_config(section, resources=QueueResources(locks=MemoryLockStore()), environ=environ)
     message = str(caught.value)
-    assert "connection 'bulk' (sqs)" in message
-    assert "pip install 'rainier_sync[sqs]'" in message
+    assert message.startswith(f"connection 'c' ({driver}): ")
+    assert f"pip install 'rainier_sync[{extra}]'" in message
+
+
+def test_a_driver_missing_from_the_installation_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rainier_sync.drivers.kafka", None)
+    with pytest.raises(ConfigurationError, match="the kafka driver is not part of this installation"):
+        QueueManager.from_config(
+            {"connections": {"c": {"driver": "kafka", "brokers": "127.0.0.1:9092"}}},
+            resources=QueueResources(locks=MemoryLockStore()),
+            environ={},
+        )
 
 
 # -- the builder -----------------------------------------------------------------------------------------
