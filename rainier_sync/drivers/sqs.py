@@ -129,6 +129,16 @@ def _chunks(items: Sequence[Any], size: int = _BATCH) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _attributes_param(client: Any) -> str:
+    """Newer botocore names ReceiveMessage's system attributes
+    ``MessageSystemAttributeNames``; older releases only know ``AttributeNames``."""
+    try:
+        members = client.meta.service_model.operation_model("ReceiveMessage").input_shape.members
+    except Exception:  # noqa: BLE001 - a client without a service model: assume the current name
+        return "MessageSystemAttributeNames"
+    return "MessageSystemAttributeNames" if "MessageSystemAttributeNames" in members else "AttributeNames"
+
+
 _STALE_CODES = {"ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"}
 
 
@@ -228,6 +238,7 @@ class SqsQueue(BaseQueue):
             self.region = region or _region_of(queue_url)
             self.client = self._build_client(key, secret)
             self._owns_client = True
+        self._attributes_param = _attributes_param(self.client)
         self._lock = threading.Lock()
         self._buffer: list[tuple[str, dict[str, Any], _Receipt]] = []
         self._polling: dict[str, float] = {}  # queue -> when its long poll started (monotonic)
@@ -395,7 +406,7 @@ class SqsQueue(BaseQueue):
             MaxNumberOfMessages=count,
             VisibilityTimeout=int(self.reservation),
             WaitTimeSeconds=wait,
-            MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,
+            **{self._attributes_param: _SYSTEM_ATTRIBUTES},
         )
         at = _clock.monotonic()
         return [
@@ -676,7 +687,7 @@ class SqsQueue(BaseQueue):
                 MaxNumberOfMessages=_BATCH,
                 VisibilityTimeout=30,
                 WaitTimeSeconds=0,
-                MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,
+                **{self._attributes_param: _SYSTEM_ATTRIBUTES},
             )
             messages = response.get("Messages", [])
             if not messages:
