@@ -51,6 +51,7 @@ blueprint = Blueprint(
 
 _NOTICES = {
     "retried": "Job {job} was queued again.",
+    "retried-all": "{count} failed job(s) were queued again.",
     "forgotten": "Job {job} was deleted.",
     "missing": "There is no failed job {job} any more.",
 }
@@ -261,7 +262,7 @@ def index() -> str:
     notice = None
     code = request.args.get("notice")
     if code in _NOTICES:
-        notice = _NOTICES[code].format(job=request.args.get("job", ""))
+        notice = _NOTICES[code].format(job=request.args.get("job", ""), count=request.args.get("count", 0, type=int))
     return render_template(
         "rainier_sync/index.html",
         connections=views,
@@ -298,3 +299,12 @@ def retry(connection: str, job_id: str) -> BaseResponse:
 def forget(connection: str, job_id: str) -> BaseResponse:
     done = _driver(connection).forget_failed(job_id)
     return redirect(url_for(".index", notice="forgotten" if done else "missing", job=job_id), code=303)
+
+
+@blueprint.route("/<connection>/retry-failed", methods=["POST"])
+def retry_all(connection: str) -> BaseResponse:
+    driver = _driver(connection)
+    # Ids first, so a job that is retried and fails again meanwhile is not retried twice.
+    ids = [job.id for job in driver.failed_jobs(limit=max(driver.failed_count(), 1))]
+    done = sum(1 for job_id in ids if driver.retry_failed(job_id))
+    return redirect(url_for(".index", notice="retried-all", count=done), code=303)

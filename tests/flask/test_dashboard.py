@@ -225,3 +225,17 @@ def test_an_unreachable_connection_is_reported_not_fatal() -> None:
     response = app.test_client().get("/queues/")
     assert response.status_code == 200
     assert "This connection could not be read: ConnectionError: backend down" in response.get_data(as_text=True)
+
+
+def test_retry_all_of_a_connection(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    ids = fail_jobs(manager, "a", "b", "c")
+    client = app.test_client()
+    token = token_of(client)
+    assert client.post("/queues/primary/retry-failed").status_code == 400
+    assert len(memory(manager).failed) == 3
+    done = client.post("/queues/primary/retry-failed", data={"csrf_token": token})
+    assert done.status_code == 303
+    assert memory(manager).failed == []
+    assert sorted(job.id for job in memory(manager).jobs) == sorted(ids)
+    assert "3 failed job(s) were queued again." in client.get(done.headers["Location"]).get_data(as_text=True)
