@@ -46,7 +46,8 @@ def test_work_max_jobs_stops_after_that_many(out_file: Path) -> None:
     assert len(lines(out_file)) == 5
 
 
-def test_sigterm_stops_the_worker_gracefully(out_file: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_stops_the_worker_gracefully(out_file: Path, signum: signal.Signals) -> None:
     env = {**os.environ, "CLI_APP_SLOW": "1", "CLI_APP_SLOW_SECONDS": "1.0", "CLI_APP_OUT": str(out_file)}
     env.pop("QUEUE_DRIVER", None)
     process = subprocess.Popen(
@@ -59,7 +60,7 @@ def test_sigterm_stops_the_worker_gracefully(out_file: Path) -> None:
     )
     try:
         wait_until(lambda: "0 started" in lines(out_file), timeout=30, message="the slow job to start")
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
@@ -67,7 +68,7 @@ def test_sigterm_stops_the_worker_gracefully(out_file: Path) -> None:
             process.wait()
     assert process.returncode == 0, stderr
     assert lines(out_file) == ["0 started", "0 finished"]  # the running job was let finish
-    assert "signal SIGTERM: stopping after running jobs finish" in stderr
+    assert f"signal {signum.name}: stopping after running jobs finish" in stderr
     assert "worker stopped: 1 processed" in stderr
 
 
