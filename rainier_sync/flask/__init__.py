@@ -287,11 +287,20 @@ class RainierSync:
         opts: dict[str, Any] = {key: self._defaults[key] if value is _UNSET else value for key, value in given.items()}
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError(f"rainier_sync is already set up on the Flask app {app.name!r}")
+        url = opts["dashboard_url"]
+        if url is not None and (not isinstance(url, str) or not url.startswith("/")):
+            raise ValueError(f"dashboard_url must be a path starting with '/', or None; got {url!r}")
         if opts["authorize"] is not None and not callable(opts["authorize"]):
             raise TypeError(f"authorize must be a callable returning a bool, got {opts['authorize']!r}")
         if opts["manager"] is not None:
             if not isinstance(opts["manager"], QueueManager):
                 raise TypeError(f"manager must be a rainier_sync.QueueManager, got {type(opts['manager']).__name__}")
+            extra = [key for key in ("registry", "container", "resources") if opts[key] is not None]
+            if extra:
+                raise TypeError(
+                    f"{', '.join(extra)} would be ignored: they are for booting from app.config, and the manager= "
+                    "given brings its own"
+                )
             configured = [key for key in (CONFIG_DRIVER, CONFIG_SECTION) if app.config.get(key) is not None]
             if configured:
                 raise ConfigurationError(
@@ -311,7 +320,6 @@ class RainierSync:
 
         if "queue" not in app.cli.commands:
             app.cli.add_command(queue_group)
-        url = opts["dashboard_url"]
         if url is not None:
             from .dashboard import blueprint
 

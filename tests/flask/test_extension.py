@@ -18,7 +18,7 @@ from .apps import SEEN, Explode, RecordApp, TimedReport, fail_jobs, make_app, re
 
 
 def test_state_lives_in_app_extensions_and_one_extension_serves_two_apps() -> None:
-    ext = RainierSync(registry=registry())
+    ext = RainierSync(authorize=lambda: True)
     apps = [Flask("one"), Flask("two")]
     for app in apps:
         ext.init_app(app, manager=QueueManager(connections={"m": MemoryQueue()}, registry=registry()))
@@ -177,6 +177,13 @@ def test_no_queue_configured_gives_a_manager_that_says_so() -> None:
     RainierSync(app, registry=registry())
     with app.app_context(), pytest.raises(NoQueueConfiguredError):
         rainier_sync.dispatch(RecordApp("x"))
+
+
+def test_arguments_that_would_be_ignored_or_are_malformed_are_refused() -> None:
+    with pytest.raises(TypeError, match="registry would be ignored"):
+        RainierSync(Flask("ignored"), manager=QueueManager(), registry=registry())
+    with pytest.raises(ValueError, match="dashboard_url must be a path"):
+        RainierSync(Flask("relative"), manager=QueueManager(), dashboard_url="queues")
 
 
 def test_manager_of_the_wrong_type_is_refused() -> None:
