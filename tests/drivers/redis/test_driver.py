@@ -1,0 +1,381 @@
+"""The Redis driver's own behaviour against the real server (the shared contract suite runs separately)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from freezegun import freeze_time
+
+from rainier_sync import QueueDriver, QueuedJob, Worker, WorkerOptions, _clock, signals
+from rainier_sync.drivers import RedisQueue
+from rainier_sync.drivers.base import Waker
+from rainier_sync.errors import ConfigurationError
+from tests.support import wait_until
+
+from . import jobs
+
+pytestmark = pytest.mark.redis
+
+
+def job(queue: str = "default", *, delay: float = 0.0, priority: int = 0, **payload: object) -> QueuedJob:
+    now = _clock.now()
+    return QueuedJob(
+        id=uuid.uuid4().hex,
+        name="redis-tests.plain",
+        queue=queue,
+        payload=dict(payload) or {"x": 1},
+        max_attempts=3,
+        priority=priority,
+        available_at=now + delay,
+        dispatched_at=now,
+    )
+
+
+@pytest.fixture
+def make(redis_url: str, prefix: str) -> Iterator[object]:
+    made: list[RedisQueue] = []
+
+    def build(**options: object) -> RedisQueue:
+        queue = RedisQueue.from_url(redis_url, prefix=prefix, **options)  # type: ignore[arg-type]
+        made.append(queue)
+        return queue
+
+    yield build
+    for queue in made:
+        queue.close()
+
+
+@pytest.fixture
+def queue(make) -> RedisQueue:  # type: ignore[no-untyped-def]
+    return make(reservation=30)  # type: ignore[no-any-return]
+
+
+def stream(prefix: str, queue: str = "default", band: int = 0) -> str:
+    return f"{prefix}{queue}:ready:{band}"
+
+
+# -- where things live --------------------------------------------------------------
+
+
+def test_jobs_live_under_the_prefix_in_the_urls_database(queue: RedisQueue, redis_client, prefix: str) -> None:
+    queue.push(job())
+    assert redis_client.connection_pool.connection_kwargs["db"] == 13
+    assert redis_client.xlen(stream(prefix)) == 1
+    other = redis.Redis(host="127.0.0.1", port=6379, db=0)
+    try:
+        assert not list(other.scan_iter(match=prefix + "*", count=1000))
+    finally:
+        other.close()
+    assert QueueDriver.REDIS.may_lose_an_accepted_job()
+    assert "13" in queue.describe() and prefix in queue.describe()
+
+
+def test_each_priority_is_its_own_stream_read_lowest_first(queue: RedisQueue, redis_client, prefix: str) -> None:
+    later, sooner, first = job(priority=5), job(priority=0), job(priority=-3)
+    queue.push_many([later, sooner, first])
+    assert [redis_client.xlen(stream(prefix, band=b)) for b in (-3, 0, 5)] == [1, 1, 1]
+    got = queue.reserve_many(["default"], 10)
+    assert [j.id for j in got] == [first.id, sooner.id, later.id]
+
+
+def test_push_many_in_bulk_spans_queues_and_script_calls(queue: RedisQueue) -> None:
+    batch = [job("bulk-a" if i % 3 else "bulk-b", i=i) for i in range(2500)]
+    assert queue.push_many(batch) == [j.id for j in batch]
+    assert queue.size("bulk-a") + queue.size("bulk-b") == 2500
+    assert queue.queue_names() == ["bulk-a", "bulk-b"]
+    taken = {j.id for j in queue.reserve_many(["bulk-a", "bulk-b"], 3000)}
+    assert taken == {j.id for j in batch}
+
+
+def test_counts_tell_ready_delayed_and_reserved_apart(queue: RedisQueue) -> None:
+    queue.push_many([job(), job(), job(delay=600)])
+    assert queue.reserve(["default"]) is not None
+    counts = queue.counts("default")
+    assert (counts.ready, counts.delayed, counts.reserved) == (1, 1, 1)
+    assert queue.size() == queue.size("default") == 3
+
+
+# -- delays and reservations -----------------------------------------------------------
+
+
+def test_concurrent_reservers_promote_each_delayed_job_exactly_once(make) -> None:  # type: ignore[no-untyped-def]
+    producer = make()
+    delayed = [job(delay=0.3, i=i) for i in range(300)]
+    producer.push_many(delayed)
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def reserve_until_done() -> None:
+        mine = make()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with lock:
+                if len(taken) >= len(delayed):
+                    return
+            got = mine.reserve_many(["default"], 7)
+            if got:
+                with lock:
+                    taken.extend(j.id for j in got)
+            else:
+                time.sleep(0.005)
+
+    threads = [threading.Thread(target=reserve_until_done) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+    assert sorted(taken) == sorted(j.id for j in delayed), "every delayed job handed out once, none lost"
+    assert producer.counts("default").delayed == 0
+
+
+def test_a_release_by_a_worker_whose_reservation_was_reclaimed_changes_nothing(make) -> None:  # type: ignore[no-untyped-def]
+    with freeze_time("2026-03-01 12:00:00") as frozen:
+        queue = make(reservation=30)
+        queue.push(job())
+        stale = queue.reserve(["default"])
+        assert stale is not None
+        frozen.tick(31)
+        assert queue.reclaim_expired() == 1
+        queue.release(stale, 0)
+        queue.acknowledge(stale)
+        assert queue.size("default") == 1, "the reclaimed job is still queued, once"
+        again = queue.reserve(["default"])
+        assert again is not None and again.id == stale.id and again.attempts == 2
+
+
+def test_extend_renews_the_pending_entry_for_its_owner(queue: RedisQueue, redis_client, prefix: str) -> None:
+    queue.push(job())
+    got = queue.reserve(["default"])
+    assert got is not None
+    member = f"0|{got.receipt.entry.decode()}"
+    before = redis_client.zscore(prefix + "default:reserved", member)
+    wait_until(
+        lambda: redis_client.xpending_range(stream(prefix), "rainier", "-", "+", 1)[0]["time_since_delivered"] >= 20,
+        timeout=5,
+        message="the entry to sit idle",
+    )
+    queue.extend([got], 60)
+    pending = redis_client.xpending_range(stream(prefix), "rainier", "-", "+", 1)[0]
+    assert pending["consumer"].decode() == queue.consumer
+    assert pending["time_since_delivered"] < 20
+    assert redis_client.zscore(prefix + "default:reserved", member) > before
+
+
+def test_xautoclaim_takes_back_what_a_consumer_left_with_no_reservation_on_record(
+    make, redis_client, prefix: str
+) -> None:  # type: ignore[no-untyped-def]
+    queue = make(reservation=0.2)
+    queue.push(job())
+    redis_client.xgroup_create(stream(prefix), "rainier", id="0", mkstream=True)
+    left = redis_client.xreadgroup("rainier", "ghost", {stream(prefix): ">"}, count=1)
+    assert left, "the ghost consumer holds the entry"
+    assert queue.reserve(["default"]) is None
+    wait_until(lambda: queue.reclaim_expired() == 1, timeout=5, interval=0.05, message="XAUTOCLAIM to take it back")
+    again = queue.reserve(["default"])
+    assert again is not None and again.attempts == 2
+
+
+# -- unreadable entries ---------------------------------------------------------------
+
+
+def test_an_unreadable_entry_goes_to_the_failed_store_and_reserve_carries_on(
+    queue: RedisQueue, redis_client, prefix: str
+) -> None:
+    heard: list[dict[str, object]] = []
+
+    def on_discarded(sender: object, **kwargs: object) -> None:
+        heard.append(kwargs)
+
+    signals.queue_message_discarded.connect(on_discarded)
+    try:
+        queue.push(job())  # creates the band
+        redis_client.xadd(stream(prefix), {"j": "{not json", "a": "0"})
+        redis_client.xadd(stream(prefix), {"something": "else"})
+        good = job(marker="after")
+        queue.push(good)
+        got = queue.reserve_many(["default"], 10)
+    finally:
+        signals.queue_message_discarded.disconnect(on_discarded)
+    assert [j.payload for j in got] == [{"x": 1}, {"marker": "after"}]
+    assert len(heard) == 2
+    assert "not valid JSON" in str(heard[0]["error"]) and "{not json" in str(heard[0]["raw"])
+    assert "no 'j'" in str(heard[1]["error"])
+    failed = queue.failed_jobs(10)
+    assert {f.name for f in failed} == {"<unreadable>"} and len(failed) == 2
+    assert redis_client.xlen(stream(prefix)) == 2, "the unreadable entries left the stream"
+
+
+def test_a_worker_goes_on_past_an_unreadable_entry(
+    redis_url: str, queue: RedisQueue, redis_client, prefix: str
+) -> None:
+    from rainier_sync import QueueManager
+
+    manager = QueueManager({"redis": queue}, registry=jobs.registry(), container=jobs.container(redis_url))
+    manager.dispatch(jobs.Record(prefix, 1))
+    redis_client.xadd(stream(prefix), {"j": "[]", "a": "0"})
+    manager.dispatch(jobs.Record(prefix, 2))
+    stats = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=2, once=True)).run()
+    assert stats.processed == 2
+    assert redis_client.hgetall(prefix + "ran") == {b"1": b"1", b"2": b"1"}
+    assert queue.failed_count() == 1
+
+
+def test_retry_and_forget_of_failed_jobs(queue: RedisQueue) -> None:
+    queue.push(job(marker="m"))
+    got = queue.reserve(["default"])
+    assert got is not None
+    queue.fail(got, RuntimeError("boom"))
+    [failed] = queue.failed_jobs()
+    assert failed.exception.kind == "RuntimeError" and failed.attempts == 1
+    assert queue.failed_count() == 1
+    assert queue.retry_failed(got.id) and not queue.retry_failed(got.id)
+    again = queue.reserve(["default"])
+    assert again is not None and again.payload == {"marker": "m"} and again.attempts == 1
+    queue.fail(again, "again")
+    assert queue.forget_failed(got.id) and not queue.forget_failed(got.id)
+    assert queue.failed_count() == 0
+
+
+# -- waiting for work ---------------------------------------------------------------------
+
+
+def _waits(queue: RedisQueue, waker: Waker, timeout: float = 5.0) -> float:
+    waker.clear()  # as the worker's loop does before it looks for work
+    started = time.monotonic()
+    queue.wait_for_jobs(["default"], timeout, waker)
+    return time.monotonic() - started
+
+
+def test_an_idle_wait_wakes_when_another_client_pushes(make) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(), make()
+    waker = Waker()
+    try:
+        # the first wait subscribes and returns at once, so the caller looks again
+        assert worker_side.reserve_many(["default"], 1) == []
+        _waits(worker_side, waker)
+        assert worker_side.reserve_many(["default"], 1) == []
+        timer = threading.Timer(0.2, lambda: producer.push(job()))
+        timer.start()
+        waited = _waits(worker_side, waker)
+        timer.join()
+        assert waited < 4.0, "the push woke the wait long before its timeout"
+        assert len(worker_side.reserve_many(["default"], 1)) == 1
+    finally:
+        waker.close()
+
+
+def test_an_idle_wait_ends_when_the_soonest_delayed_job_is_due(queue: RedisQueue) -> None:
+    waker = Waker()
+    try:
+        queue.reserve_many(["default"], 1)
+        _waits(queue, waker)  # subscribes
+        pushed = job(delay=0.4)
+        queue.push(pushed)
+        got: list[QueuedJob] = []
+        started = time.monotonic()
+        for _ in range(20):  # a worker's loop: look, then wait (a wait may end early on a stale notification)
+            got = queue.reserve_many(["default"], 1)
+            if got:
+                break
+            _waits(queue, waker)
+        assert [j.id for j in got] == [pushed.id]
+        assert _clock.now() >= pushed.available_at, "never handed out before it is due"
+        assert time.monotonic() - started < 4.0, "the wait ended at the due time, not at its 5 s timeout"
+    finally:
+        waker.close()
+
+
+def test_an_idle_wait_returns_when_the_waker_is_set(queue: RedisQueue) -> None:
+    waker = Waker()
+    try:
+        queue.reserve_many(["default"], 1)
+        _waits(queue, waker)  # subscribes
+        queue.reserve_many(["default"], 1)
+        waker.clear()
+        threading.Timer(0.1, waker.set).start()
+        started = time.monotonic()
+        queue.wait_for_jobs(["default"], 5.0, waker)
+        assert time.monotonic() - started < 4.0
+    finally:
+        waker.close()
+
+
+# -- configuration ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"url": "http://127.0.0.1:6379/1"}, "redis://"),
+        ({"prefix": ""}, "prefix"),
+        ({"reservation": 0}, "reservation"),
+        ({"connect_timeout_ms": -1}, "connect_timeout_ms"),
+        ({"response_timeout_ms": "fast"}, "response_timeout_ms"),
+        ({"reconnect": "yes"}, "reconnect"),
+        ({"reconnect_attempts": 3}, "reconnect_attempts"),
+        ({"reconnect_max_backoff_ms": 500}, "reconnect_max_backoff_ms"),
+        ({"reconnect": True, "reconnect_attempts": 0}, "reconnect_attempts"),
+    ],
+)
+def test_bad_settings_fail_at_construction_naming_the_setting(redis_url: str, options: dict, named: str) -> None:
+    kwargs = {"url": redis_url, **options}
+    with pytest.raises(ConfigurationError, match=named):
+        RedisQueue.from_url(**kwargs)
+
+
+def test_timeouts_and_reconnect_reach_the_connections(redis_url: str) -> None:
+    queue = RedisQueue.from_url(
+        redis_url,
+        connect_timeout_ms=2000,
+        response_timeout_ms=250,
+        reconnect=True,
+        reconnect_attempts=4,
+        reconnect_max_backoff_ms=300,
+    )
+    try:
+        kwargs = queue.client.connection_pool.connection_kwargs
+        assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (2.0, 0.25)
+        assert kwargs["retry"].get_retries() == 4
+        plain = RedisQueue.from_url(redis_url)
+        assert plain.client.connection_pool.connection_kwargs["retry"].get_retries() == 0, "reconnect is off by default"
+        plain.close()
+    finally:
+        queue.close()
+
+
+def test_check_eviction_policy_warns_unless_noeviction(
+    queue: RedisQueue, redis_client, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = redis_client.config_get("maxmemory-policy")["maxmemory-policy"]
+    policy = raw.decode() if isinstance(raw, bytes) else raw
+    with caplog.at_level(logging.WARNING, logger="rainier_sync"):
+        assert queue.check_eviction_policy() == policy
+    assert ("maxmemory-policy" in caplog.text) == (policy != "noeviction")
+    caplog.clear()
+    # maxmemory stays 0 here, so the policy change cannot evict anything meanwhile
+    redis_client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with caplog.at_level(logging.WARNING, logger="rainier_sync"):
+            assert queue.check_eviction_policy() == "allkeys-lru"
+    finally:
+        redis_client.config_set("maxmemory-policy", policy)
+    assert "allkeys-lru" in caplog.text and "noeviction" in caplog.text
+
+
+def test_without_redis_py_the_error_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['redis'] = None\n"
+        "from rainier_sync.errors import DriverUnavailableError\n"
+        "try:\n    from rainier_sync.drivers import RedisQueue\n"
+        "except DriverUnavailableError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert "pip install 'rainier_sync[redis]'" in out.stdout
