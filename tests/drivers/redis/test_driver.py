@@ -14,7 +14,7 @@ import pytest
 import redis
 from freezegun import freeze_time
 
-from rainier_sync import QueueDriver, QueuedJob, Worker, WorkerOptions, _clock, signals
+from rainier_sync import QueuedJob, QueueDriver, Worker, WorkerOptions, _clock, signals
 from rainier_sync.drivers import RedisQueue
 from rainier_sync.drivers.base import Waker
 from rainier_sync.errors import ConfigurationError
