@@ -25,6 +25,7 @@ from contextlib import closing
 from typing import Any, Mapping
 
 from flask import Flask, abort, redirect, render_template, request, session, url_for
+from werkzeug.serving import is_running_from_reloader
 from werkzeug.wrappers import Response
 
 from rainier_sync import Container, JobRegistry
@@ -39,7 +40,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config.from_mapping(
         SECRET_KEY=os.environ.get("SECRET_KEY", "development only: set SECRET_KEY"),
-        APP_DATABASE=os.environ.get("APP_DATABASE", str(pathlib.Path(app.instance_path) / "app.sqlite3")),
+        APP_DATABASE=os.environ.get("APP_DATABASE", str(pathlib.Path(app.instance_path) / "app.db")),
         DASHBOARD_PASSWORD=os.environ.get("DASHBOARD_PASSWORD", ""),
         EMBEDDED_WORKER=os.environ.get("EMBEDDED_WORKER", "") == "1",
     )
@@ -66,7 +67,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         queues.manager.connection().migrate()  # idempotent; production runs `flask queue migrate` too
     app.register_blueprint(_pages(), url_prefix="")
 
-    if app.config["EMBEDDED_WORKER"]:
+    # Flask's reloader runs the app in a child process and only watches files in
+    # the parent: start the worker where requests are served.
+    if app.config["EMBEDDED_WORKER"] and (not app.debug or is_running_from_reloader()):
         queues.start_worker(app, queues=["mail", "default"], concurrency=2)
     return app
 
