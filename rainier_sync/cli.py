@@ -536,13 +536,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(verbose: bool, command: str) -> None:
-    level = logging.DEBUG if verbose else logging.INFO if command == "queue:work" else logging.WARNING
-    log.setLevel(level)
+def _configure_logging(verbose: bool, command: str) -> Callable[[], None]:
+    """Log to stderr unless the application set up logging; returns what puts
+    the ``rainier_sync`` logger back (``main`` is also called in-process)."""
+    level, handlers = log.level, list(log.handlers)
+    log.setLevel(logging.DEBUG if verbose else logging.INFO if command == "queue:work" else logging.WARNING)
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
+
+    def restore() -> None:
+        log.setLevel(level)
+        log.handlers[:] = handlers
+
+    return restore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -552,13 +560,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     verbose = "-v" in arguments or "--verbose" in arguments
     args: argparse.Namespace | None = None
+    restore_logging: Callable[[], None] | None = None
     try:
         args = build_parser().parse_args(arguments)
         if args.command is None:
             build_parser().print_help()
             return EXIT_OK
         verbose = args.verbose
-        _configure_logging(verbose, args.command)
+        restore_logging = _configure_logging(verbose, args.command)
         return _COMMANDS[args.command](args, sys.stdout)
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED, verbose)
@@ -575,6 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 manager.close()
             except Exception:  # noqa: BLE001 - the command's outcome is what to report
                 log.debug("closing the connections failed", exc_info=True)
+        if restore_logging is not None:
+            restore_logging()
 
 
 def _fail(message: str, code: int, verbose: bool) -> int:

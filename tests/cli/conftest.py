@@ -38,6 +38,8 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> s
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ("QUEUE_DRIVER", "RAINIER_APP", "DATABASE_URL", "QUEUE_CONNECTION"):
         monkeypatch.delenv(name, raising=False)
+    # queue:work run in this process must not take pytest's SIGINT away.
+    monkeypatch.setattr("rainier_sync.worker.Worker.install_signal_handlers", lambda self: None)
     previous = rainier_sync.set_instance(None)
     yield
     rainier_sync.set_instance(previous)

@@ -34,6 +34,16 @@ def test_without_a_command_it_prints_help(capsys: pytest.CaptureFixture[str]) ->
     assert "queue:work" in capsys.readouterr().out
 
 
+def test_main_puts_the_logger_back(memory: MemoryQueue) -> None:
+    import logging
+
+    logger = logging.getLogger("rainier_sync")
+    before = (logger.level, list(logger.handlers))
+    assert main(["queue:status", APP, "-v"]) == EXIT_OK
+    assert main(["queue:work", "--quiet", "--once", APP]) == EXIT_OK
+    assert (logger.level, list(logger.handlers)) == before
+
+
 def test_status_lists_every_queue_with_its_counts(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
     manager = app.current
     assert manager is not None
@@ -154,7 +164,6 @@ def test_work_once_runs_what_is_due(
     memory: MemoryQueue, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out_file: object
 ) -> None:
     monkeypatch.setenv("CLI_APP_OUT", str(out_file))
-    monkeypatch.setattr("rainier_sync.worker.Worker.install_signal_handlers", lambda self: None)
     assert app.current is not None
     for n in range(3):
         app.current.dispatch(app.Touch(n=n))
