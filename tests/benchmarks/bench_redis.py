@@ -1,0 +1,168 @@
+"""Redis driver benchmark: dispatch, dispatch_many, drain, idle latency, delayed-job lateness.
+
+    .venv/bin/python tests/benchmarks/bench_redis.py [--jobs 10000] [--threads 8] [--repeat 3]
+
+Uses the Redis at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/13``) under a
+fresh key prefix, deleted afterwards. Every job is a no-op.
+
+- dispatch: ``manager.dispatch`` one job at a time (2,000 jobs).
+- dispatch_many: ``manager.dispatch_many`` of the whole backlog, one call.
+- drain: one worker (this process, ``--threads`` threads, ``once``) runs the
+  backlog; timed from ``run()`` to its return.
+- idle latency: a worker idles; a job is dispatched every 20 ms and records
+  when it started; dispatch-to-start, 300 samples.
+- delayed lateness: 200 jobs dispatched with delays spread over 0.2-1.2 s to
+  an idle worker; lateness = start - due (negative would be early).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from rainier_sync import Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions  # noqa: E402
+from rainier_sync.drivers.redis import RedisQueue  # noqa: E402
+
+started: dict[str, float] = {}
+
+
+@dataclass
+class Noop(Job):
+    NAME = "bench.redis.noop"
+
+    n: int = 0
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
+@dataclass
+class Stamp(Job):
+    NAME = "bench.redis.stamp"
+
+    key: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        started[self.key] = time.time()
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def manager_for(url: str, prefix: str) -> tuple[QueueManager, RedisQueue]:
+    driver = RedisQueue.from_url(url, prefix=prefix)
+    return QueueManager({"redis": driver}, registry=JobRegistry().with_job(Noop).with_job(Stamp)), driver
+
+
+def cleanup(driver: RedisQueue, prefix: str) -> None:
+    keys = list(driver.client.scan_iter(match=prefix + "*", count=1000))
+    if keys:
+        driver.client.delete(*keys)
+
+
+def bench_dispatch(url: str, jobs: int, threads: int) -> dict[str, float]:
+    prefix = f"bench:{uuid.uuid4().hex[:10]}:"
+    manager, driver = manager_for(url, prefix)
+    try:
+        t0 = time.perf_counter()
+        for n in range(2000):
+            manager.dispatch(Noop(n))
+        single = 2000 / (time.perf_counter() - t0)
+        cleanup(driver, prefix)
+        batch = [Noop(n) for n in range(jobs)]
+        t0 = time.perf_counter()
+        manager.dispatch_many(batch)
+        many = jobs / (time.perf_counter() - t0)
+        worker = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=threads, once=True))
+        t0 = time.perf_counter()
+        stats = worker.run()
+        drain = stats.processed / (time.perf_counter() - t0)
+        assert stats.processed == jobs, stats
+        return {"dispatch": single, "dispatch_many": many, "drain": drain}
+    finally:
+        cleanup(driver, prefix)
+        manager.close()
+
+
+def bench_latency(url: str, threads: int) -> dict[str, float]:
+    prefix = f"bench:{uuid.uuid4().hex[:10]}:"
+    manager, driver = manager_for(url, prefix)
+    producer_manager, producer = manager_for(url, prefix)
+    worker = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=threads, sleep=1.0))
+    worker.start()
+    try:
+        time.sleep(0.3)  # let the worker reach its idle wait
+        sent: dict[str, float] = {}
+        for i in range(300):
+            key = f"idle-{i}"
+            sent[key] = time.time()
+            producer_manager.dispatch(Stamp(key))
+            time.sleep(0.02)
+        deadline = time.monotonic() + 10
+        while len([k for k in sent if k in started]) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        idle = [(started[k] - sent[k]) * 1000 for k in sent if k in started]
+        due: dict[str, float] = {}
+        now = time.time()
+        for i in range(200):
+            key = f"late-{i}"
+            delay = 0.2 + i * 0.005
+            due[key] = now + delay
+            producer_manager.dispatch_after(delay, Stamp(key))
+        deadline = time.monotonic() + 10
+        while len([k for k in due if k in started]) < len(due) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        late = [(started[k] - due[k]) * 1000 for k in due if k in started]
+        return {
+            "idle_p50_ms": percentile(idle, 50),
+            "idle_p99_ms": percentile(idle, 99),
+            "idle_missing": len(sent) - len(idle),
+            "late_min_ms": min(late),
+            "late_p50_ms": percentile(late, 50),
+            "late_p99_ms": percentile(late, 99),
+            "late_missing": len(due) - len(late),
+        }
+    finally:
+        worker.stop()
+        worker.join(10)
+        cleanup(driver, prefix)
+        manager.close()
+        producer_manager.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"))
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    rates = [bench_dispatch(args.url, args.jobs, args.threads) for _ in range(args.repeat)]
+    for name in ("dispatch", "dispatch_many", "drain"):
+        values = [r[name] for r in rates]
+        shown = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"{name:>14}: best {max(values):>9,.0f} jobs/s   (runs: {shown})")
+    latency = bench_latency(args.url, args.threads)
+    print(
+        f"  idle latency: p50 {latency['idle_p50_ms']:.2f} ms, p99 {latency['idle_p99_ms']:.2f} ms"
+        f" ({latency['idle_missing']} missing)"
+    )
+    print(
+        f" delayed jobs: earliest {latency['late_min_ms']:+.1f} ms, p50 {latency['late_p50_ms']:+.1f} ms,"
+        f" p99 {latency['late_p99_ms']:+.1f} ms late ({latency['late_missing']} missing)"
+    )
+    print(f"load average after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
