@@ -25,7 +25,6 @@ class _Bad(Exception):
 class _Kind:
     check: Callable[[Any], Any]
     from_text: Callable[[str], Any]
-    describe: str
 
 
 def _int_text(text: str) -> Any:
@@ -36,34 +35,37 @@ def _int_text(text: str) -> Any:
 
 
 def _whole(minimum: int, maximum: int | None, unit: str) -> Callable[[Any], Any]:
+    """Integers of ``unit`` (``""`` for a plain count) from ``minimum`` to ``maximum``."""
+    what, of = (f"whole {unit}", f" {unit}") if unit else ("a whole number", "")
+
     def check(value: Any) -> int:
         if isinstance(value, timedelta) and unit == "seconds":
             value = value.total_seconds()
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Bad(f"must be whole {unit} (an integer), got {value!r}")
+            raise _Bad(f"must be {what} (an integer), got {value!r}")
         if value < 0:
             raise _Bad(f"must not be negative, got {value}")
         if value < minimum:
-            raise _Bad(f"must be at least {minimum} {unit}, got {value}")
+            raise _Bad(f"must be at least {minimum}{of}, got {value}")
         if maximum is not None and value > maximum:
-            raise _Bad(f"must be at most {maximum} {unit}, got {value}")
+            raise _Bad(f"must be at most {maximum}{of}, got {value}")
         return value
 
     return check
 
 
 def _seconds(minimum: int = 1, maximum: int | None = None) -> _Kind:
-    return _Kind(_whole(minimum, maximum, "seconds"), _int_text, "whole seconds")
+    return _Kind(_whole(minimum, maximum, "seconds"), _int_text)
 
 
 def _millis() -> _Kind:
-    return _Kind(_whole(1, None, "milliseconds"), _int_text, "milliseconds")
+    return _Kind(_whole(1, None, "milliseconds"), _int_text)
 
 
 def _count() -> _Kind:
-    return _Kind(_whole(0, None, "times"), _int_text, "a count")
+    return _Kind(_whole(0, None, ""), _int_text)
 
 
 def _check_flag(value: Any) -> bool:
@@ -85,7 +87,7 @@ def _text(allow_empty: bool = False) -> _Kind:
             raise _Bad("must not be empty")
         return value
 
-    return _Kind(check, lambda text: text, "a string")
+    return _Kind(check, lambda text: text)
 
 
 def _url(schemes: tuple[str, ...], example: str) -> _Kind:
@@ -98,7 +100,7 @@ def _url(schemes: tuple[str, ...], example: str) -> _Kind:
             raise _Bad(f"must be a URL starting {starts} (e.g. {example}), got {value!r}")
         return value
 
-    return _Kind(check, lambda text: text.strip(), "a URL")
+    return _Kind(check, lambda text: text.strip())
 
 
 _HTTP = _url(("http", "https"), "https://sqs.us-east-1.amazonaws.com/123456789012/jobs")
@@ -152,13 +154,13 @@ SETTINGS: dict[str, dict[str, _Kind]] = {
         "reservation": _SECONDS,
         "connect_timeout_ms": _MS,
         "response_timeout_ms": _MS,
-        "reconnect": _Kind(_check_flag, _flag_text, "true or false"),
+        "reconnect": _Kind(_check_flag, _flag_text),
         "reconnect_attempts": _count(),
         "reconnect_max_backoff_ms": _MS,
     },
     "sqs": {
         "queue_url": _HTTP,
-        "queue_urls": _Kind(_check_url_map, json.loads, "a mapping of queue name to queue URL"),
+        "queue_urls": _Kind(_check_url_map, json.loads),
         "region": _text(),
         "endpoint": _url(("http", "https"), "http://127.0.0.1:5000"),
         "visibility_timeout": _seconds(1, 43_200),
@@ -168,9 +170,9 @@ SETTINGS: dict[str, dict[str, _Kind]] = {
         "failed_queue_url": _HTTP,
     },
     "kafka": {
-        "brokers": _Kind(_check_brokers, lambda text: text, 'a list of "host:port"'),
+        "brokers": _Kind(_check_brokers, lambda text: text),
         "group": _text(),
-        "topic_prefix": _Kind(_check_topic_prefix, lambda text: text, "letters, digits, '.', '_' and '-'"),
+        "topic_prefix": _Kind(_check_topic_prefix, lambda text: text),
         "lease": _SECONDS,
     },
 }

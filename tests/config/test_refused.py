@@ -200,6 +200,8 @@ BAD_VALUES = [
     ("redis", "response_timeout_ms", "250ms", "whole milliseconds"),
     ("redis", "reconnect", "yes", "true or false"),
     ("redis", "reconnect", 1, "true or false"),
+    ("redis", "reconnect_attempts", 1.5, "must be a whole number (an integer)"),
+    ("redis", "reconnect_attempts", -1, "must not be negative"),
     ("redis", "prefix", "", "must not be empty"),
     ("redis", "url", "http://127.0.0.1:6379", "redis://"),
     ("sqs", "visibility_timeout", -30, "must not be negative"),
