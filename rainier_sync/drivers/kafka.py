@@ -161,7 +161,7 @@ class KafkaQueue(BaseQueue):
         locks: LockStore | None = None,
         partitions: int = 4,
         park_horizon: float = 60.0,
-        buffer: int = 2000,
+        buffer: int = 5000,
         producer_config: Mapping[str, Any] | None = None,
         consumer_config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -241,7 +241,6 @@ class KafkaQueue(BaseQueue):
         self._ready: dict[str, collections.deque[_Record]] = {}
         self._parked: dict[str, list[tuple[float, _Record]]] = {}
         self._watched: list[_Record] = []
-        self._paused = False
         self._probe = False
         self._expect = _Expect()
         self._last_commit = 0.0
@@ -381,7 +380,6 @@ class KafkaQueue(BaseQueue):
         for tp in partitions:
             self._parts[(tp.topic, tp.partition)] = _Partition((tp.topic, tp.partition))
         self._probe = True
-        self._paused = False
         self._assigned.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -493,12 +491,17 @@ class KafkaQueue(BaseQueue):
             raise
 
     def _pull(self, consumer: Consumer, wait: float) -> int:
-        """Read what the consumer has (waiting up to ``wait`` for the first record)."""
-        got = 0
+        """Read what the consumer has (waiting up to ``wait`` for the first record),
+        up to ``buffer`` records ready; librdkafka's own prefetch holds the rest.
+        (Pausing partitions instead costs a refetch of tens of milliseconds.)"""
         if self._buffered >= self.buffer:
-            self._pause(consumer)
-            consumer.poll(0)  # keeps the membership alive; paused partitions deliver nothing new
-            return 0
+            # Still poll, taking at most one record: that serves rebalances and
+            # keeps max.poll.interval.ms satisfied.
+            batch = consumer.consume(1, timeout=0)
+            for record in batch:
+                self._take_in(record)
+            return len(batch)
+        got = 0
         if wait > 0:
             msg = consumer.poll(wait)
             if msg is None:
@@ -512,19 +515,7 @@ class KafkaQueue(BaseQueue):
             for msg in batch:
                 self._take_in(msg)
             got += len(batch)
-        if self._buffered >= self.buffer:
-            self._pause(consumer)
         return got
-
-    def _pause(self, consumer: Consumer) -> None:
-        if not self._paused and self._parts:
-            consumer.pause([TopicPartition(t, p) for t, p in self._parts])
-            self._paused = True
-
-    def _resume(self, consumer: Consumer) -> None:
-        if self._paused and self._buffered < self.buffer // 2:
-            consumer.resume([TopicPartition(t, p) for t, p in self._parts])
-            self._paused = False
 
     def _probe_assignment(self, consumer: Consumer) -> None:
         """After an assignment, note where each partition ends, so the first
@@ -563,7 +554,7 @@ class KafkaQueue(BaseQueue):
             self._probe_assignment(consumer)
         self._pull(consumer, 0)
         deadline = _clock.monotonic() + self.read_wait
-        while not self._paused and self._buffered < self.buffer and self._unmet():
+        while self._buffered < self.buffer and self._unmet():
             left = deadline - _clock.monotonic()
             if left <= 0:
                 break
@@ -612,7 +603,6 @@ class KafkaQueue(BaseQueue):
                             self._contended(record, now)
                 if len(taken) >= limit:
                     break
-            self._resume(consumer)
             self._commit(consumer)
             return taken
 
@@ -814,7 +804,7 @@ class KafkaQueue(BaseQueue):
                     return
                 self._commit(consumer)
                 got = self._pull(consumer, min(0.05, left))
-                idle = self._paused and not got
+                idle = self._buffered >= self.buffer and not got
             if idle:
                 waker.wait(min(0.05, left))
 
