@@ -1,6 +1,7 @@
 """Kafka driver benchmark against tansu: dispatch and drain rates of no-op jobs.
 
     .venv/bin/python tests/benchmarks/bench_kafka.py [--jobs 20000] [--threads 8] [--locks redis|memory|both]
+        [--probes 100]
 
 Starts its own tansu broker (memory storage) on a free loopback port, or uses
 ``KAFKA_BOOTSTRAP``. Dispatch: ``dispatch`` one job at a time (each waits
@@ -9,7 +10,8 @@ one worker (one process, one consumer, ``--threads`` threads) runs the backlog
 of no-op jobs on a 4-partition topic; the rate is timed from the first job
 started to the last one settled, and again from the worker's start, counting
 the group join (about 1 s on tansu) and the first fetch. Leases go to Redis (``REDIS_URL``, default
-``redis://127.0.0.1:6379/13``) or to a ``MemoryLockStore``.
+``redis://127.0.0.1:6379/13``) or to a ``MemoryLockStore``. Latency: an
+idle worker, one probe job at a time, from ``dispatch`` to the job's start.
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ ran = [0]
 ran_lock = threading.Lock()
 
 
+probe_started = threading.Event()
+
+
+@dataclass
+class Probe(Job):
+    NAME = "bench.probe"
+    QUEUE = "bench"
+
+    def handle(self, context: JobContext) -> None:
+        probe_started.set()
+
+
 @dataclass
 class Noop(Job):
     NAME = "bench.noop"
@@ -54,7 +68,8 @@ def build(brokers: str, locks: LockStore) -> tuple[QueueManager, KafkaQueue]:
     tag = uuid.uuid4().hex[:8]
     queue = KafkaQueue(brokers, group=f"bench-{tag}", topic_prefix=f"bench-{tag}.", locks=locks,
                        consumer_config=FAST_GROUP)
-    return QueueManager({"kafka": queue}, registry=JobRegistry().with_job(Noop), container=Container()), queue
+    registry = JobRegistry().with_job(Noop).with_job(Probe)
+    return QueueManager({"kafka": queue}, registry=registry, container=Container()), queue
 
 
 def redis_locks() -> LockStore:
@@ -104,11 +119,36 @@ def drain_rate(brokers: str, jobs: int, threads: int, locks: LockStore, label: s
     manager.close()
 
 
+def latency(brokers: str, probes: int) -> None:
+    """Idle worker (``sleep`` 60 s, so only the driver's wake-up starts a job early): dispatch to start."""
+    manager, _ = build(brokers, MemoryLockStore())
+    worker = Worker(manager, options=WorkerOptions(queues=["bench"], concurrency=2, sleep=60))
+    worker.start()
+    manager.dispatch(Probe())  # the first one waits for the group join
+    probe_started.wait(30)
+    samples = []
+    for _ in range(probes):
+        probe_started.clear()
+        time.sleep(0.05)
+        started = time.perf_counter()
+        manager.dispatch(Probe())
+        if not probe_started.wait(10):
+            raise SystemExit("a probe did not start within 10 s")
+        samples.append(time.perf_counter() - started)
+    worker.stop()
+    worker.join(30)
+    manager.close()
+    ordered = sorted(samples)
+    p50, p99 = ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    print(f"idle dispatch-to-start latency over {probes} probes: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--locks", choices=("redis", "memory", "both"), default="both")
+    parser.add_argument("--probes", type=int, default=100)
     args = parser.parse_args()
     broker = None
     brokers = os.environ.get("KAFKA_BOOTSTRAP")
@@ -127,6 +167,8 @@ def main() -> None:
             drain_rate(brokers, args.jobs, args.threads, MemoryLockStore(), "memory")
         if args.locks in ("redis", "both"):
             drain_rate(brokers, args.jobs, args.threads, redis_locks(), "redis")
+        if args.probes:
+            latency(brokers, args.probes)
     finally:
         if broker is not None:
             broker.stop()
