@@ -14,6 +14,8 @@ For each dialect (PostgreSQL in a schema of its own, SQLite WAL with
   ``--jobs`` no-op jobs from a full queue to empty (``once`` mode).
 - ``claim+ack``: the driver alone, one thread: ``reserve_many(8)`` then
   ``acknowledge_many`` until empty (the driver's ceiling without the worker).
+- ``claim+ack backlog``: the same loop for ``--jobs`` jobs with ``--backlog``
+  more ready jobs behind them.
 - ``backlog drain``: the same drain of ``--jobs`` jobs with ``--backlog`` more
   ready jobs behind them (``max_jobs``), against the empty-queue drain.
 - ``idle latency``: an idle worker (its own connection, ``sleep`` 60 s, so only
@@ -157,14 +159,14 @@ def bench_drain(target: Target, n: int, threads: int, backlog: int = 0) -> float
     return rate
 
 
-def bench_claim_ack(target: Target, n: int) -> float:
+def bench_claim_ack(target: Target, n: int, backlog: int = 0) -> float:
     m = target.manager()
-    fill(m, n)
+    fill(m, n + backlog)
     queue = m.connection()
     done = 0
     started = time.perf_counter()
-    while True:
-        jobs = queue.reserve_many(["default"], 8)
+    while done < n:
+        jobs = queue.reserve_many(["default"], min(8, n - done))
         if not jobs:
             break
         queue.acknowledge_many(jobs)
@@ -220,6 +222,7 @@ def main() -> None:
                     "push_many": bench_push_many(target, args.jobs * 5),
                     "drain": statistics.median(bench_drain(target, args.jobs, args.threads) for _ in range(3)),
                     "claim+ack": bench_claim_ack(target, args.jobs),
+                    "claim+ack backlog": bench_claim_ack(target, args.jobs, backlog=args.backlog),
                     "backlog drain": bench_drain(target, args.jobs, args.threads, backlog=args.backlog),
                 }
                 row["backlog / empty"] = row["backlog drain"] / row["drain"]
@@ -237,6 +240,7 @@ def main() -> None:
         "push_many",
         "drain",
         "claim+ack",
+        "claim+ack backlog",
         "backlog drain",
         "backlog / empty",
         "latency p50 ms",
