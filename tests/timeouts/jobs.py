@@ -99,7 +99,7 @@ class Stubborn(Job):
     """Ignores SIGTERM, so only SIGKILL ends it."""
 
     NAME = "timeouts.stubborn"
-    TIMEOUT = 0.3
+    TIMEOUT = 1.0  # room to ignore SIGTERM before it comes, even on a loaded machine
 
     def handle(self, context: JobContext) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
