@@ -244,6 +244,7 @@ class KafkaQueue(BaseQueue):
         self._probe = False
         self._expect = _Expect()
         self._last_commit = 0.0
+        self._quiet_until: dict[int, float] = {}
         self._closed = False
 
     @property
@@ -400,7 +401,7 @@ class KafkaQueue(BaseQueue):
             if part is None:
                 continue
             point = part.commit_point()
-            if point > part.committed:
+            if point >= 0:  # even if committed before: an asynchronous commit may have failed
                 offsets.append(TopicPartition(tp.topic, tp.partition, point))
             finished.extend(r for r in part.records if r.state == _DONE)
         if offsets and not lost:
@@ -437,8 +438,11 @@ class KafkaQueue(BaseQueue):
             return
         err = msg.error()
         if err is not None:
-            if err.code() != KafkaError._PARTITION_EOF:
-                log.warning("kafka: consumer error: %s", err)
+            now = _clock.monotonic()
+            if err.code() != KafkaError._PARTITION_EOF and now >= self._quiet_until.get(err.code(), 0.0):
+                # librdkafka reconnects by itself; say so once in a while, not on every poll.
+                self._quiet_until[err.code()] = now + 30.0
+                log.warning("kafka: consumer error (retrying): %s", err)
             return
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         if topic is None or partition is None or offset is None:

@@ -172,3 +172,54 @@ def test_a_long_delay_is_cycled_through_the_delay_topic_and_still_runs_when_due(
         assert q.size("work") == 0, "the parked copies re-produced along the way are all committed"
     finally:
         q.close()
+
+
+# -- through a worker -------------------------------------------------------------------------------------
+attempts_seen: list[tuple[int, int, float]] = []
+
+
+def test_a_worker_retries_after_the_backoff_then_dead_letters(kafka_brokers: str, names: dict[str, str]) -> None:
+    from dataclasses import dataclass
+
+    from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+    from rainier_sync.backoff import fixed
+
+    @dataclass
+    class Flaky(Job):
+        NAME = "kafka-test.flaky"
+        QUEUE = "work"
+        TRIES = 3
+        BACKOFF = fixed(1)
+
+        n: int
+
+        def handle(self, context: JobContext) -> None:
+            attempts_seen.append((self.n, context.attempt, _clock.now()))
+            if self.n == 1 or context.attempt < 2:
+                raise RuntimeError(f"attempt {context.attempt} of {self.n}")
+
+    attempts_seen.clear()
+    q = make(kafka_brokers, names, partitions=2)
+    manager = QueueManager({"kafka": q}, registry=JobRegistry().with_job(Flaky), container=Container())
+    worker = Worker(manager, options=WorkerOptions(queues=["work"], concurrency=2, sleep=0.2))
+    worker.start()
+    try:
+        manager.dispatch_many([Flaky(n=0), Flaky(n=1)])
+        wait_until(lambda: worker.stats.processed == 1 and worker.stats.failed == 1, timeout=20,
+                   message="one job to succeed on its 2nd attempt and the other to fail after 3")
+    finally:
+        worker.stop()
+        worker.join(10)
+    try:
+        assert sorted((n, a) for n, a, _ in attempts_seen) == [(0, 1), (0, 2), (1, 1), (1, 2), (1, 3)]
+        times = {(n, a): t for n, a, t in attempts_seen}
+        assert times[(0, 2)] - times[(0, 1)] >= 1.0, "the retry waited out its backoff"
+        assert worker.stats.released == 3
+        dead = q.failed_jobs(10)
+        assert [(f.name, f.payload, f.attempts) for f in dead] == [("kafka-test.flaky", {"n": 1}, 3)]
+        assert dead[0].exception.kind == "RuntimeError" and "attempt 3 of 1" in dead[0].error
+        assert q.size("work") == 0
+        assert q.retry_failed(dead[0].id) and q.failed_jobs(10) == []
+        assert q.size("work") == 1, "retried: queued again"
+    finally:
+        manager.close()
