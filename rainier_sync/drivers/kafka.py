@@ -574,6 +574,8 @@ class KafkaQueue(BaseQueue):
                 self._ready.setdefault(queue, collections.deque()).append(record)
 
     def _acquire(self, records: Sequence[_Record]) -> list[bool]:
+        """Take the leases of ``records``: in one round trip when the lock store
+        offers ``acquire_many([(key, owner), ...], ttl)``, else one by one."""
         many = getattr(self.locks, "acquire_many", None)
         if many is not None:
             return list(many([(r.key, r.owner) for r in records], self.lease))
@@ -729,14 +731,17 @@ class KafkaQueue(BaseQueue):
         ttl = self.lease if seconds is None else float(seconds)
         with self._lock:
             now = _clock.now()
-            for job in as_job_list(jobs):
-                record = self._holding(job)
-                if record is None:
-                    continue
-                if self.locks.renew(record.key, record.owner, ttl):
+            held = [r for r in (self._holding(job) for job in as_job_list(jobs)) if r is not None]
+            many = getattr(self.locks, "renew_many", None)
+            if many is not None and held:
+                renewed = list(many([(r.key, r.owner) for r in held], ttl))
+            else:
+                renewed = [self.locks.renew(r.key, r.owner, ttl) for r in held]
+            for record, ok in zip(held, renewed, strict=True):
+                if ok:
                     record.lease_until = now + ttl
                 else:
-                    log.warning("kafka: job %s lost its lease (it lapsed); another worker may run it", job.id)
+                    log.warning("kafka: job %s lost its lease (it lapsed); another worker may run it", record.job.id)
             if self._consumer is not None:
                 self._pull(self._consumer, 0)  # keeps max.poll.interval.ms satisfied while jobs run
                 self._commit(self._consumer)

@@ -223,3 +223,32 @@ def test_a_worker_retries_after_the_backoff_then_dead_letters(kafka_brokers: str
         assert q.size("work") == 1, "retried: queued again"
     finally:
         manager.close()
+
+
+def test_a_lock_store_with_batch_operations_takes_leases_in_one_call(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    class BatchingLocks(MemoryLockStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, int]] = []
+
+        def acquire_many(self, items: list[tuple[str, str]], ttl: float) -> list[bool]:
+            self.calls.append(("acquire_many", len(items)))
+            return [self.acquire(key, owner, ttl) for key, owner in items]
+
+        def renew_many(self, items: list[tuple[str, str]], ttl: float) -> list[bool]:
+            self.calls.append(("renew_many", len(items)))
+            return [self.renew(key, owner, ttl) for key, owner in items]
+
+    locks = BatchingLocks()
+    q = make(kafka_brokers, names, locks, partitions=1)
+    try:
+        q.push_many([queued(n=i) for i in range(3)])
+        taken = q.reserve_many(["work"], 3)
+        assert len(taken) == 3 and locks.calls == [("acquire_many", 3)]
+        q.extend(taken)
+        assert locks.calls[-1] == ("renew_many", 3)
+        q.acknowledge_many(taken)
+    finally:
+        q.close()
