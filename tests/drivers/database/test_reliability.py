@@ -103,13 +103,15 @@ def test_two_worker_processes_drain_20000_jobs_exactly_once(
     queue.close()
 
 
+@pytest.mark.parametrize("dialect", ["postgres", "sqlite"])
 def test_a_job_held_by_a_killed_worker_runs_again_after_its_reservation(
-    pg_url: str, runs_dir: pathlib.Path, workers_for: object
+    dialect: str, request: pytest.FixtureRequest, runs_dir: pathlib.Path, workers_for: object
 ) -> None:
-    m = manager(pg_url)
+    url = request.getfixturevalue("pg_url" if dialect == "postgres" else "sqlite_url")
+    m = manager(url)
     m.dispatch(Stall(1))
     m.close()
-    workers: Workers = workers_for(pg_url)  # type: ignore[operator]
+    workers: Workers = workers_for(url)  # type: ignore[operator]
     doomed = workers.start("--concurrency=2", "--reservation=2")
     wait_until(lambda: (runs_dir / "started-1").exists(), timeout=30, message="the first attempt to start")
     os.kill(doomed.pid, signal.SIGKILL)
@@ -118,7 +120,7 @@ def test_a_job_held_by_a_killed_worker_runs_again_after_its_reservation(
     workers.finish(rescuer, timeout=60)
     lines = [line for path in runs_dir.glob("*.runs") for line in path.read_text().splitlines()]
     assert lines == ["1 2"], "the job must run to completion on its second attempt, on the other worker"
-    queue = DatabaseQueue.from_url(pg_url)
+    queue = DatabaseQueue.from_url(url)
     assert queue.size() == 0 and queue.failed_count() == 0
     queue.close()
 
