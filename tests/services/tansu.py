@@ -8,8 +8,9 @@ stopped with SIGINT (it ignores SIGTERM), and is only believed to be up when
 its metadata names the port we chose: tansu exits 0 when the port is taken.
 
 ``tansu_s3`` (function) starts a broker whose storage engine is ``s3://`` on
-an in-process moto server, so a test can stop and restart it on the same
-port and find its topics and committed offsets again.
+the moto server of ``sqs_endpoint`` (tests/services/moto.py), so a test can
+stop and restart it on the same port and find its topics and committed
+offsets again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any, Iterator
 
 import pytest
@@ -154,31 +156,25 @@ def kafka_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def tansu_s3(tmp_path: pathlib.Path) -> Iterator[Tansu]:
-    """A tansu broker storing its log in S3 on an in-process moto server:
-    ``restart()`` keeps topics, records and committed offsets."""
+def tansu_s3(sqs_endpoint: str, tmp_path: pathlib.Path) -> Iterator[Tansu]:
+    """A tansu broker storing its log in S3 on moto (``sqs_endpoint`` serves every
+    moto API), in a bucket of its own: ``restart()`` keeps topics, records and
+    committed offsets."""
     binary = _binary_or_missing()
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    bucket = f"tansu-{uuid.uuid4().hex[:12]}"
+    creds: dict[str, Any] = {"aws_access_key_id": "t", "aws_secret_access_key": "t", "region_name": "us-east-1"}
+    boto3.client("s3", endpoint_url=sqs_endpoint, **creds).create_bucket(Bucket=bucket)
+    broker = Tansu(binary, tmp_path, storage=f"s3://{bucket}/", env={
+        "AWS_ENDPOINT": sqs_endpoint, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t",
+        "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+    })
     try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        creds: dict[str, Any] = {"aws_access_key_id": "t", "aws_secret_access_key": "t", "region_name": "us-east-1"}
-        boto3.client("s3", endpoint_url=endpoint, **creds).create_bucket(Bucket="tansu")
-        broker = Tansu(binary, tmp_path, storage="s3://tansu/", env={
-            "AWS_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t",
-            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-        })
-        try:
-            broker.start()
-            yield broker
-        except BaseException:
-            sys.stderr.write(broker.log_tail())
-            raise
-        finally:
-            broker.stop()
+        broker.start()
+        yield broker
+    except BaseException:
+        sys.stderr.write(broker.log_tail())
+        raise
     finally:
-        server.stop()
+        broker.stop()
