@@ -18,6 +18,7 @@ moves them; Redis's own clock only backs the ``XAUTOCLAIM`` safety net.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -467,6 +468,7 @@ class RedisQueue(BaseQueue):
         reservation: float = 90,
         *,
         consumer: str | None = None,
+        reconnect: bool = False,
     ) -> None:
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"redis connection: prefix must be a non-empty string, got {prefix!r}")
@@ -504,6 +506,16 @@ class RedisQueue(BaseQueue):
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
         self._streams_read: set[tuple[str, bytes]] = set()
+        # The worker's owning loop acknowledges a batch and then reserves the
+        # next; both go on one dedicated connection and the acknowledgement's
+        # reply is read with the reservation's, so the pair costs one round trip.
+        # ``_sent``: acknowledgements on that connection whose replies are unread;
+        # ``_redo``: ones whose outcome is unknown, sent again before anything else.
+        self._loop_lock = threading.RLock()
+        self._loop_conn: Any = None
+        self._sent: collections.deque[list[Any]] = collections.deque()
+        self._redo: list[list[Any]] = []
+        self._reconnect = reconnect
 
     @classmethod
     def from_url(
@@ -557,7 +569,7 @@ class RedisQueue(BaseQueue):
         )
         client = redis.Redis(connection_pool=pool)
         client.auto_close_connection_pool = True
-        return cls(client, prefix=prefix, reservation=reservation, consumer=consumer)
+        return cls(client, prefix=prefix, reservation=reservation, consumer=consumer, reconnect=reconnect)
 
     @property
     def client(self) -> redis.Redis:
@@ -616,18 +628,17 @@ class RedisQueue(BaseQueue):
             return []
         now = _clock.now()
         self._seen_seq = self._wake_seq
-        rows = self._scripts["reserve"](
-            args=[
-                self.prefix,
-                _GROUP,
-                self.consumer,
-                _num(now),
-                _num(now + self.reservation),
-                int(limit),
-                _PROMOTE,
-                *queues,
-            ]
-        )
+        args = [
+            self.prefix,
+            _GROUP,
+            self.consumer,
+            _num(now),
+            _num(now + self.reservation),
+            int(limit),
+            _PROMOTE,
+            *queues,
+        ]
+        rows = self._on_loop_connection("reserve", args)
         jobs: list[QueuedJob] = []
         connection = self.connection
         for row in rows:
@@ -705,15 +716,86 @@ class RedisQueue(BaseQueue):
                 args.extend((queue, band, len(part), *part))
                 count += len(part)
         calls.append(args)
-        if len(calls) == 1:
-            self._scripts["ack"](args=calls[0])
-        else:
-            pipe = self._client.pipeline(transaction=False)
-            for args in calls:
-                self._scripts["ack"](args=args, client=pipe)
-            pipe.execute()
+        with self._loop_lock:
+            self._redo_acks()
+            conn = self._loop_connection()
+            try:
+                for args in calls:
+                    conn.send_command("EVALSHA", self._scripts["ack"].sha, 0, *args)
+                    self._sent.append(args)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                self._loop_broken()
+                if not self._reconnect:
+                    raise
+                self._redo_acks()
+
+    # -- the owning loop's connection --------------------------------------------------
+    def _loop_connection(self) -> Any:
+        if self._loop_conn is None:
+            self._loop_conn = self._client.connection_pool.get_connection()
+        return self._loop_conn
+
+    def _loop_broken(self) -> None:
+        """The loop connection failed: drop it; acknowledgements not confirmed go again."""
+        conn, self._loop_conn = self._loop_conn, None
+        self._redo.extend(self._sent)
+        self._sent.clear()
+        if conn is not None:
+            conn.disconnect()
+            self._client.connection_pool.release(conn)
+
+    def _read_acks(self, conn: Any) -> None:
+        """Read the replies of acknowledgements sent earlier (in order, before any later reply)."""
+        while self._sent:
+            try:
+                conn.read_response()
+            except redis.ResponseError:
+                # NOSCRIPT after a SCRIPT FLUSH, OOM under noeviction...: send it again the ordinary way
+                self._redo.append(self._sent.popleft())
+                continue
+            self._sent.popleft()
+
+    def _redo_acks(self) -> None:
+        while self._redo:
+            self._scripts["ack"](args=self._redo[0])
+            self._redo.pop(0)
+
+    def _sync(self) -> None:
+        """Confirm every acknowledgement sent so far (called before other operations, to keep order)."""
+        if not self._sent and not self._redo:
+            return
+        with self._loop_lock:
+            if self._sent:
+                try:
+                    self._read_acks(self._loop_connection())
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    self._loop_broken()
+                    if not self._reconnect:
+                        raise
+            self._redo_acks()
+
+    def _on_loop_connection(self, script: str, args: list[Any]) -> Any:
+        """Run ``script`` on the loop connection, reading unread acknowledgement replies on the way."""
+        with self._loop_lock:
+            self._redo_acks()
+            conn = self._loop_connection()
+            try:
+                conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args)
+                self._read_acks(conn)
+                try:
+                    return conn.read_response()
+                except redis.exceptions.NoScriptError:
+                    pass
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                self._loop_broken()
+                if not self._reconnect:
+                    raise
+                self._redo_acks()
+            # not loaded yet (or flushed), or the connection was replaced: the ordinary way
+            return self._scripts[script](args=args)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
+        self._sync()
         receipt = self._receipt(job)
         if receipt is None:
             return
@@ -734,6 +816,7 @@ class RedisQueue(BaseQueue):
         )
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        self._sync()
         info = as_exception_info(error)
         now = _clock.now()
         failed = FailedJob.of(job, info, now)
@@ -746,6 +829,7 @@ class RedisQueue(BaseQueue):
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Push running jobs' deadlines out and re-claim their entries for this consumer
         (``XCLAIM ... JUSTID``), so neither sweep takes them from a live worker."""
+        self._sync()
         args: list[Any] = []
         for job in as_job_list(jobs):
             receipt = self._receipt(job)
@@ -758,6 +842,7 @@ class RedisQueue(BaseQueue):
 
     def reclaim_expired(self) -> int:
         """Put every job whose reservation lapsed back on its queue; returns how many."""
+        self._sync()
         return int(
             self._scripts["reclaim"](
                 args=[
@@ -843,6 +928,7 @@ class RedisQueue(BaseQueue):
 
     # -- inspection -------------------------------------------------------------
     def counts(self, queue: str) -> QueueCounts:
+        self._sync()
         ready, delayed, reserved = self._scripts["counts"](args=[self.prefix, _num(_clock.now()), queue])
         return QueueCounts(ready=max(0, int(ready)), delayed=int(delayed), reserved=int(reserved))
 
@@ -878,6 +964,7 @@ class RedisQueue(BaseQueue):
     def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
         """Sleep until a push, release or reclaim notifies, the soonest delayed job is due,
         ``waker`` is set, or ``timeout`` passes."""
+        self._sync()
         self._start_listener()
         with self._mutex:
             self._waiters.add(waker)
@@ -938,6 +1025,16 @@ class RedisQueue(BaseQueue):
                     pass
 
     def close(self) -> None:
+        try:
+            self._sync()
+        except Exception as exc:  # noqa: BLE001 - closing: their reservations lapse and they run again
+            log.warning(
+                "redis queue closing: %d acknowledgement(s) unconfirmed: %s", len(self._sent) + len(self._redo), exc
+            )
+        with self._loop_lock:
+            if self._loop_conn is not None:
+                self._client.connection_pool.release(self._loop_conn)
+                self._loop_conn = None
         self._closed.set()
         listener = self._listener
         if listener is not None and listener is not threading.current_thread():
