@@ -379,3 +379,16 @@ def test_without_redis_py_the_error_names_the_extra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "pip install 'rainier_sync[redis]'" in out.stdout
+
+
+def test_payloads_with_tabs_and_newlines_round_trip(queue: RedisQueue) -> None:
+    pushed = [job(text="a\tb\nc\r\n", other="\u2028 ✓"), job(text="\n")]
+    queue.push_many(pushed)
+    got = queue.reserve_many(["default"], 5)
+    assert [j.payload for j in got] == [j.payload for j in pushed]
+
+
+def test_a_queue_name_that_cannot_be_a_key_is_refused_naming_it(queue: RedisQueue) -> None:
+    with pytest.raises(ValueError, match="bad\\\\tname"):
+        queue.push(job("bad\tname"))
+    assert queue.queue_names() == []
