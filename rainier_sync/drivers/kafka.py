@@ -57,6 +57,7 @@ _DELAYED, _FAILED = ".delayed", ".failed"
 
 # Record states.
 _READY, _PARKED, _RUNNING, _WATCHED, _DONE = "ready", "parked", "running", "watched", "done"
+_STUCK = "stuck"  # unreadable and not dead-lettered: never done, so never committed past
 
 TP = tuple[str, int]
 
@@ -458,7 +459,11 @@ class KafkaQueue(BaseQueue):
                 raise PayloadError("a record with no value (a tombstone) is not a job")
             job = QueuedJob.decode(value, connection=self.connection)
         except (PayloadError, ValueError) as exc:
-            self._discard(topic, partition, offset, queue, value, exc)
+            if not self._discard(topic, partition, offset, queue, value, exc):
+                # Not dead-lettered: hold the partition's commit here, so the
+                # record is read (and discarded) again after a restart or rebalance.
+                stuck = QueuedJob(id=f"unreadable-{topic}-{partition}-{offset}", name="", queue=queue, payload={})
+                part.records.append(_Record(part, offset, queue, stuck, state=_STUCK))
             return
         record = _Record(part, offset, queue, job, key=self._lease_key(job))
         part.records.append(record)
@@ -470,8 +475,9 @@ class KafkaQueue(BaseQueue):
             self._ready.setdefault(queue, collections.deque()).append(record)
 
     def _discard(self, topic: str, partition: int, offset: int, queue: str, value: bytes | None,
-                 exc: Exception) -> None:
-        """A record that is not our JSON: announce it, dead-letter it, move on."""
+                 exc: Exception) -> bool:
+        """A record that is not our JSON: announce it, dead-letter it, move on.
+        False when the dead-letter topic refused it."""
         raw = value.decode("utf-8", "replace") if value is not None else None
         info = ExceptionInfo.from_exception(exc)
         log.error("kafka: discarding unreadable record %s[%d]@%d: %s", topic, partition, offset, info.error)
@@ -490,9 +496,10 @@ class KafkaQueue(BaseQueue):
         }
         try:
             self._produce([(self.topic(queue) + _FAILED, str(failed["id"]), encode({"failed": failed}).encode())])
-        except Exception as produce_error:  # noqa: BLE001 - keep the record unconsumed rather than lose it
+        except Exception as produce_error:  # noqa: BLE001 - never lose it: the caller holds the commit back
             log.error("kafka: could not dead-letter %s[%d]@%d: %s", topic, partition, offset, produce_error)
-            raise
+            return False
+        return True
 
     def _pull(self, consumer: Consumer, wait: float) -> int:
         """Read what the consumer has (waiting up to ``wait`` for the first record),
