@@ -8,12 +8,14 @@ a queue of their own, ``failed_queue_url``, which this driver manages.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib
 import logging
 import math
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from urllib.parse import urlsplit
@@ -139,6 +141,16 @@ def _attributes_param(client: Any) -> str:
     return "MessageSystemAttributeNames" if "MessageSystemAttributeNames" in members else "AttributeNames"
 
 
+_OPEN: weakref.WeakSet[SqsQueue] = weakref.WeakSet()
+
+
+@atexit.register
+def _hand_back_at_exit() -> None:
+    """Messages a long poll brought in go back when the process exits normally."""
+    for queue in list(_OPEN):
+        queue.close()
+
+
 _STALE_CODES = {"ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"}
 
 
@@ -242,10 +254,12 @@ class SqsQueue(BaseQueue):
         self._lock = threading.Lock()
         self._buffer: list[tuple[str, dict[str, Any], _Receipt]] = []
         self._polling: dict[str, float] = {}  # queue -> when its long poll started (monotonic)
+        self._outstanding: set[str] = set()  # message ids handed out and not settled yet
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
         self._closed = False
         self._manager: QueueManager | None = None
+        _OPEN.add(self)
 
     def _build_client(self, key: str | None, secret: str | None) -> Any:
         assert boto3 is not None and _BotoConfig is not None
@@ -418,32 +432,18 @@ class SqsQueue(BaseQueue):
         """``ReceiveMessage`` (up to ten per call), trying ``queues`` in order; a
         queue is left for the next only when it answered with nothing."""
         urls = [(queue, self.url_of(queue)) for queue in queues]
-        taken: list[QueuedJob] = []
         if limit <= 0:
-            return taken
-        stale_before = _clock.monotonic() - self.reservation / 2
+            return []
+        taken = self._take_held(urls, limit)
+        if taken:
+            return self._handed_out(taken)
         with self._lock:
-            buffered, self._buffer = self._buffer, []
             # A poll running past its wait time is stuck on the network: look beside it.
             fresh = _clock.monotonic() - self.wait_time - 1
             polling = {queue for queue, started in self._polling.items() if started > fresh}
-        order = {queue: index for index, (queue, _) in enumerate(urls)}
-        buffered.sort(key=lambda item: order.get(item[0], len(order)))
-        for index, item in enumerate(buffered):
-            if len(taken) >= limit:
-                with self._lock:
-                    self._buffer[:0] = buffered[index:]
-                break
-            if item[2].received_at < stale_before:
-                continue  # held too long: its visibility may have lapsed; SQS hands it out again
-            job = self._accept_safely(*item)
-            if job is not None:
-                taken.append(job)
-        if taken:
-            return taken
         for queue, url in urls:
             # A long poll in flight on this queue answers as soon as anything
-            # there is visible, so a short poll beside it finds nothing.
+            # there is visible, and wakes the worker: a short poll beside it finds nothing.
             if queue in polling:
                 continue
             fifo = _is_fifo(url)
@@ -459,6 +459,40 @@ class SqsQueue(BaseQueue):
                     break
             if taken:
                 break
+        # A long poll may have landed a message while we looked.
+        return self._handed_out(taken or self._take_held(urls, limit))
+
+    def _handed_out(self, jobs: list[QueuedJob]) -> list[QueuedJob]:
+        with self._lock:
+            self._outstanding.update(job.receipt.message_id for job in jobs)
+        return jobs
+
+    def _settled(self, jobs: Sequence[QueuedJob]) -> None:
+        with self._lock:
+            for job in jobs:
+                if isinstance(job.receipt, _Receipt):
+                    self._outstanding.discard(job.receipt.message_id)
+
+    def _take_held(self, urls: Sequence[tuple[str, str]], limit: int) -> list[QueuedJob]:
+        """Jobs from messages a long poll brought in, in queue order."""
+        with self._lock:
+            held, self._buffer = self._buffer, []
+        if not held:
+            return []
+        stale_before = _clock.monotonic() - self.reservation / 2
+        order = {queue: index for index, (queue, _) in enumerate(urls)}
+        held.sort(key=lambda item: order.get(item[0], len(order)))
+        taken: list[QueuedJob] = []
+        for index, item in enumerate(held):
+            if len(taken) >= limit:
+                with self._lock:
+                    self._buffer[:0] = held[index:]
+                break
+            if item[2].received_at < stale_before:
+                continue  # held too long: its visibility may have lapsed, and SQS hands it out again
+            job = self._accept_safely(*item)
+            if job is not None:
+                taken.append(job)
         return taken
 
     def _accept_safely(self, queue: str, message: dict[str, Any], receipt: _Receipt) -> QueuedJob | None:
@@ -585,10 +619,12 @@ class SqsQueue(BaseQueue):
 
     def acknowledge(self, job: QueuedJob) -> None:
         self._on_receipt("acknowledge", job, "delete_message")
+        self._settled([job])
 
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
         """``DeleteMessageBatch``, ten per call."""
         self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
+        self._settled(jobs)
 
     def _batch(self, method: str, jobs: Sequence[QueuedJob], entry: Any) -> None:
         """Run a receipt batch call per queue URL; an entry SQS refuses as the
@@ -626,10 +662,12 @@ class SqsQueue(BaseQueue):
         if wait <= MAX_DELAY or _is_fifo(receipt.url):
             visibility = min(MAX_VISIBILITY, math.ceil(wait))
             self._on_receipt("release", job, "change_message_visibility", VisibilityTimeout=visibility)
+            self._settled([job])
             return
         later = replace(job, receipt=None, available_at=_clock.now() + wait)
         self.client.send_message(QueueUrl=receipt.url, **self._entry(later, receipt.url, _clock.now()))
         self._on_receipt("release", job, "delete_message")
+        self._settled([job])
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Send the job to the failed queue, then delete it from its own."""
@@ -639,6 +677,7 @@ class SqsQueue(BaseQueue):
         entry = {_FAILED_MARK: 1, "job": plain.to_wire(), "error": info.to_dict(), "failed_at": failed_at}
         self._send_failed(encode(entry))
         self._on_receipt("fail", job, "delete_message")
+        self._settled([job])
         return FailedJob.of(plain, info, failed_at)
 
     def _send_failed(self, body: str) -> None:
@@ -844,7 +883,9 @@ class SqsQueue(BaseQueue):
                 raise error
             if self._buffer:
                 return
-            if self.wait_time > 0:
+            # Only an idle worker long-polls: while its jobs run, one finishing wakes
+            # it, and a once worker (which stops when nothing is due) never polls.
+            if self.wait_time > 0 and not self._outstanding:
                 for queue, url in urls:
                     if queue not in self._polling:
                         self._polling[queue] = _clock.monotonic()
@@ -901,6 +942,7 @@ class SqsQueue(BaseQueue):
                 return
             self._closed = True
             held, self._buffer = self._buffer, []
+        _OPEN.discard(self)
         if held:
             self._let_go(held)
         if self._owns_client:

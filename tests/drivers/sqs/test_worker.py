@@ -115,3 +115,16 @@ def test_queues_are_drained_in_the_order_given(queues: Queues, manager_for: Call
         order = [tag for tag, _ in jobs.runs]
     assert sorted(order[:5]) == [f"high{i}" for i in range(5)]
     assert sorted(order[5:]) == [f"low{i}" for i in range(5)]
+
+
+def test_a_fifo_queue_runs_one_group_in_order_one_at_a_time(
+    queues: Queues, manager_for: Callable[..., QueueManager]
+) -> None:
+    q = queues.driver(fifo=True, visibility_timeout=30)
+    manager = manager_for(q)
+    manager.dispatch_many([Note(tag=f"f{i}", seconds=0.05) for i in range(6)])
+    stats = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=4, once=True)).run()
+    assert stats.processed == 6
+    with jobs.lock:
+        assert [tag for tag, _ in jobs.runs] == [f"f{i}" for i in range(6)]
+    assert q.size("default") == 0
