@@ -67,6 +67,7 @@ def test_the_driver_is_loaded_by_name() -> None:
 
 
 # -- against the broker -------------------------------------------------------------------------------
+@pytest.mark.kafka
 def test_commits_only_below_the_oldest_unfinished_job(kafka_brokers: str, names: dict[str, str]) -> None:
     q = make(kafka_brokers, names, partitions=1)
     try:
@@ -82,6 +83,7 @@ def test_commits_only_below_the_oldest_unfinished_job(kafka_brokers: str, names:
         q.close()
 
 
+@pytest.mark.kafka
 def test_a_revoked_job_whose_lease_is_held_is_not_run_twice(kafka_brokers: str, names: dict[str, str]) -> None:
     locks = MemoryLockStore()
     first = make(kafka_brokers, names, locks, partitions=1, lease=30)
@@ -105,6 +107,7 @@ def test_a_revoked_job_whose_lease_is_held_is_not_run_twice(kafka_brokers: str, 
         first.close()
 
 
+@pytest.mark.kafka
 def test_a_lapsed_lease_lets_the_job_run_again(kafka_brokers: str, names: dict[str, str]) -> None:
     locks = MemoryLockStore()
     dead = make(kafka_brokers, names, locks, partitions=1, lease=1)
@@ -127,6 +130,7 @@ def test_a_lapsed_lease_lets_the_job_run_again(kafka_brokers: str, names: dict[s
         dead.close()
 
 
+@pytest.mark.kafka
 def test_a_record_that_is_not_our_json_is_discarded_dead_lettered_and_passed(
     kafka_brokers: str, names: dict[str, str]
 ) -> None:
@@ -154,6 +158,7 @@ def test_a_record_that_is_not_our_json_is_discarded_dead_lettered_and_passed(
         q.close()
 
 
+@pytest.mark.kafka
 def test_a_long_delay_is_cycled_through_the_delay_topic_and_still_runs_when_due(
     kafka_brokers: str, names: dict[str, str]
 ) -> None:
@@ -178,6 +183,7 @@ def test_a_long_delay_is_cycled_through_the_delay_topic_and_still_runs_when_due(
 attempts_seen: list[tuple[int, int, float]] = []
 
 
+@pytest.mark.kafka
 def test_a_worker_retries_after_the_backoff_then_dead_letters(kafka_brokers: str, names: dict[str, str]) -> None:
     from dataclasses import dataclass
 
@@ -225,6 +231,7 @@ def test_a_worker_retries_after_the_backoff_then_dead_letters(kafka_brokers: str
         manager.close()
 
 
+@pytest.mark.kafka
 def test_a_lock_store_with_batch_operations_takes_leases_in_one_call(
     kafka_brokers: str, names: dict[str, str]
 ) -> None:

@@ -19,6 +19,7 @@ from tests.support import wait_until
 from . import app
 
 pytest.importorskip("confluent_kafka")
+pytestmark = pytest.mark.kafka
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -63,6 +64,7 @@ def dispatch(brokers: str, names: dict[str, str], count: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.redis
 def test_two_workers_drain_5000_jobs_each_exactly_once(
     kafka_brokers: str, redis_url: str, shared_locks: Any, names: dict[str, str], tmp_path: pathlib.Path
 ) -> None:
@@ -83,6 +85,7 @@ def test_two_workers_drain_5000_jobs_each_exactly_once(
 
 
 @pytest.mark.slow
+@pytest.mark.redis
 def test_a_worker_killed_mid_drain_loses_no_job(
     kafka_brokers: str, redis_url: str, shared_locks: Any, names: dict[str, str], tmp_path: pathlib.Path,
     record_property: Any,
@@ -110,6 +113,7 @@ def test_a_worker_killed_mid_drain_loses_no_job(
 
 
 @pytest.mark.slow
+@pytest.mark.sqs
 def test_workers_reconnect_and_finish_after_a_broker_restart(tansu_s3: Any, tmp_path: pathlib.Path) -> None:
     import uuid
 
