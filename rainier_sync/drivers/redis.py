@@ -252,8 +252,10 @@ for i = 8, #ARGV do
       end
       if got then
         local entries = got[1][2]
+        local deadlines = {}
         for _, e in ipairs(entries) do
-          redis.call('ZADD', base .. 'reserved', deadline, band .. '|' .. e[1])
+          deadlines[#deadlines + 1] = deadline
+          deadlines[#deadlines + 1] = band .. '|' .. e[1]
           local j, a = nil, '0'
           for k = 1, #e[2], 2 do
             if e[2][k] == 'j' then
@@ -268,6 +270,9 @@ for i = 8, #ARGV do
           else
             out[#out + 1] = q .. '\\n' .. band .. '\\n' .. e[1] .. '\\n' .. a .. '\\n-'
           end
+        end
+        if #entries > 0 then
+          redis.call('ZADD', base .. 'reserved', unpack(deadlines))
         end
         left = left - #entries
         if left <= 0 then
