@@ -146,8 +146,10 @@ class KafkaQueue(BaseQueue):
 
     Advanced: ``partitions`` for topics the driver creates, ``park_horizon``
     (seconds a delayed record is held in memory before it is re-produced),
-    ``buffer`` (records read ahead per consumer), ``producer_config`` and
-    ``consumer_config`` (librdkafka settings merged over the driver's).
+    ``buffer`` (records read ahead per consumer), ``commit_interval``
+    (least seconds between commits; 0: after every settled batch),
+    ``producer_config`` and ``consumer_config`` (librdkafka settings merged
+    over the driver's).
     """
 
     driver = QueueDriver.KAFKA
@@ -163,6 +165,7 @@ class KafkaQueue(BaseQueue):
         partitions: int = 4,
         park_horizon: float = 60.0,
         buffer: int = 5000,
+        commit_interval: float = 0.0,
         producer_config: Mapping[str, Any] | None = None,
         consumer_config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -187,6 +190,8 @@ class KafkaQueue(BaseQueue):
             raise ConfigurationError(f"kafka: park_horizon must be positive seconds, got {park_horizon!r}")
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ConfigurationError(f"kafka: buffer must be an int >= 1, got {buffer!r}")
+        if isinstance(commit_interval, bool) or not isinstance(commit_interval, (int, float)) or commit_interval < 0:
+            raise ConfigurationError(f"kafka: commit_interval must be seconds >= 0, got {commit_interval!r}")
         self.brokers = _brokers(brokers)
         self.group = group
         self.topic_prefix = topic_prefix
@@ -196,10 +201,12 @@ class KafkaQueue(BaseQueue):
         self.partitions = partitions
         self.park_horizon = float(park_horizon)
         self.buffer = buffer
+        #: Least seconds between two asynchronous commits; 0 commits after every
+        #: settled batch, which keeps the jobs a crash runs again to those in flight.
+        self.commit_interval = float(commit_interval)
         #: How long a *done* marker lives: long enough for the partition's next
         #: owner to read past the record.
         self.done_ttl = max(4 * self.lease, 600.0)
-        self.commit_interval = 0.2
         self.join_timeout = 30.0
         self.read_wait = 3.0
         self._token = uuid.uuid4().hex[:12]
