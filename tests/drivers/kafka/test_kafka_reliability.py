@@ -109,7 +109,9 @@ def test_a_worker_killed_mid_drain_loses_no_job(
     twice = sum(1 for c in ran.values() if c > 1)
     record_property("ran_twice", twice)
     print(f"\nkill -9 mid-drain: {total} jobs, {twice} ran twice, victim ran {len(lines(out_a))}")
-    assert twice < total // 3, f"{twice} duplicates: far more than the jobs in flight at the kill"
+    # Commits follow every settled batch: only jobs in flight (4 threads) or just
+    # settled when the victim died may run again, not a backlog of them.
+    assert twice <= 100, f"{twice} duplicates: far more than the jobs in flight at the kill"
 
 
 @pytest.mark.slow
