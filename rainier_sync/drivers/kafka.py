@@ -148,8 +148,9 @@ class KafkaQueue(BaseQueue):
     (seconds a delayed record is held in memory before it is re-produced),
     ``buffer`` (records read ahead per consumer), ``commit_interval``
     (least seconds between commits; 0: after every settled batch),
-    ``producer_config`` and ``consumer_config`` (librdkafka settings merged
-    over the driver's).
+    ``topic_config`` (settings of the job and delay topics it creates, e.g.
+    ``{"retention.ms": "-1"}``), ``producer_config`` and ``consumer_config``
+    (librdkafka settings merged over the driver's).
     """
 
     driver = QueueDriver.KAFKA
@@ -166,6 +167,7 @@ class KafkaQueue(BaseQueue):
         park_horizon: float = 60.0,
         buffer: int = 5000,
         commit_interval: float = 0.0,
+        topic_config: Mapping[str, str] | None = None,
         producer_config: Mapping[str, Any] | None = None,
         consumer_config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -204,6 +206,8 @@ class KafkaQueue(BaseQueue):
         #: Least seconds between two asynchronous commits; 0 commits after every
         #: settled batch, which keeps the jobs a crash runs again to those in flight.
         self.commit_interval = float(commit_interval)
+        #: Topic settings for the job and delay topics the driver creates.
+        self.topic_config = {str(k): str(v) for k, v in (topic_config or {}).items()}
         #: How long a *done* marker lives: long enough for the partition's next
         #: owner to read past the record.
         self.done_ttl = max(4 * self.lease, 600.0)
@@ -297,7 +301,7 @@ class KafkaQueue(BaseQueue):
         create = [n for n in missing if n not in existing]
         if create:
             futures = self._admin.create_topics(
-                [NewTopic(n, 1 if n.endswith(_FAILED) else self.partitions, 1) for n in create],
+                [self._new_topic(n) for n in create],
                 operation_timeout=10,
                 request_timeout=10,
             )
@@ -308,6 +312,13 @@ class KafkaQueue(BaseQueue):
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise KafkaQueueError(f"kafka: could not create topic {name!r}: {exc}") from exc
         self._topics.update(missing)
+
+    def _new_topic(self, name: str) -> NewTopic:
+        if name.endswith(_FAILED):
+            # One partition keeps the ledger in one order; compaction keeps the
+            # latest entry per job id and lets a broker drop forgotten ones.
+            return NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})
+        return NewTopic(name, self.partitions, 1, config=dict(self.topic_config))
 
     def _list_topics(self) -> list[str]:
         return [t for t in self._admin.list_topics(timeout=10).topics if t.startswith(self.topic_prefix)]

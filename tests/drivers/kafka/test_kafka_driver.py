@@ -259,3 +259,32 @@ def test_a_lock_store_with_batch_operations_takes_leases_in_one_call(
         q.acknowledge_many(taken)
     finally:
         q.close()
+
+
+@pytest.mark.kafka
+def test_topics_are_created_with_their_settings(kafka_brokers: str, names: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    q = make(kafka_brokers, names, partitions=3, topic_config={"retention.ms": "604800000"})
+    try:
+        q.push(queued(delay=60))
+        q.push(queued())
+        got = q.reserve(["work"])
+        assert got is not None
+        q.fail(got, "boom")
+        admin = AdminClient({"bootstrap.servers": kafka_brokers})
+        topics = admin.list_topics(timeout=10).topics
+        prefix = names["prefix"]
+        assert len(topics[prefix + "work"].partitions) == 3
+        assert len(topics[prefix + "work.delayed"].partitions) == 3
+        assert len(topics[prefix + "work.failed"].partitions) == 1
+
+        def config(topic: str) -> dict[str, str]:
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            entries = admin.describe_configs([resource])[resource].result(timeout=10)
+            return {k: v.value for k, v in entries.items()}
+
+        assert config(prefix + "work")["retention.ms"] == "604800000"
+        assert config(prefix + "work.failed")["cleanup.policy"] == "compact"
+    finally:
+        q.close()
