@@ -168,6 +168,7 @@ def cmd_work(args: argparse.Namespace, out: IO[str]) -> int:
         "concurrency": args.concurrency,
         "timeout": args.timeout,
         "connection": args.connection,
+        "child_setup": args.child_setup,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -501,6 +502,11 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--concurrency", type=_positive_int, metavar="N", help="threads running jobs (default: 8)")
     work.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="time limit of a job with no TIMEOUT")
     work.add_argument("--connection", metavar="NAME", help="the connection to work (default: the default one)")
+    work.add_argument(
+        "--child-setup",
+        metavar="MODULE:FUNCTION",
+        help="called in each new timeout child before its first attempt (see the timeouts docs)",
+    )
     work.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
 
     failed = command("queue:failed", "List failed jobs, newest first.")

@@ -14,6 +14,7 @@ __all__ = [
     "DriverUnavailableError",
     "JobTimeoutError",
     "JobCrashedError",
+    "QueueUnavailableError",
 ]
 
 
@@ -59,3 +60,7 @@ class JobTimeoutError(RainierError):
 
 class JobCrashedError(RainierError):
     """The process running an attempt died (signal, ``os._exit``, OOM kill)."""
+
+
+class QueueUnavailableError(RainierError):
+    """The backend kept failing (a ``once`` worker gives up rather than hang)."""

@@ -42,6 +42,11 @@ class JobRegistry:
             raise JobDefinitionError(
                 f"{job_class.__qualname__}.TIMEOUT must be a positive number or None, got {timeout!r}"
             )
+        memory = job_class.MEMORY_LIMIT
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0):
+            raise JobDefinitionError(
+                f"{job_class.__qualname__}.MEMORY_LIMIT must be a positive number of bytes or None, got {memory!r}"
+            )
         self._jobs[name] = job_class
         return job_class
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from . import _clock, signals
 from ._execution import ABANDONED, FAILED, PROCESSED, RELEASED, Completion, Executor
 from ._supervisor import Supervisor, load_child_setup, supported
-from .errors import ConfigurationError
+from .errors import ConfigurationError, QueueUnavailableError
 from .types import ExceptionInfo, QueuedJob
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["Worker", "WorkerOptions", "WorkerStats"]
 
 log = logging.getLogger("rainier_sync")
+
+#: Backend failures in a row after which a ``once`` worker gives up.
+ONCE_GIVE_UP = 6
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False, allow_none: bool = False) -> None:
@@ -234,13 +237,12 @@ class Worker:
                     next_reclaim = now + opts.reclaim_interval
                     self._backend("reclaim_expired", driver.reclaim_expired)
                 if not self._settle():
-                    failures += 1
-                    self._waker.wait(min(0.05 * 2 ** min(failures, 7), 5.0))
+                    failures = self._backend_failed(failures)
                     continue
-                failures = 0
-                if beat is not None and now >= next_beat and (self._running or self._unsettled):
+                if beat is not None and now >= next_beat:
                     next_beat = now + beat
-                    self._heartbeat()
+                    if self._running or self._unsettled:
+                        self._heartbeat()
                 if self._stop.is_set():
                     if not self._running and not self._unsettled:
                         break
@@ -261,9 +263,9 @@ class Worker:
                 if limit > 0:
                     got = self._backend("reserve", driver.reserve_many, opts.queues, limit)
                     if got is None:
-                        failures += 1
-                        self._waker.wait(min(0.05 * 2 ** min(failures, 7), 5.0))
+                        failures = self._backend_failed(failures)
                         continue
+                    failures = 0
                     jobs = got
                 for job in jobs:
                     self._hand_out(job)
@@ -274,13 +276,30 @@ class Worker:
                         break
                     if not self._running:
                         self.stats.idles += 1
-                    wait = opts.sleep if beat is None else min(opts.sleep, max(0.0, next_beat - now))
+                    busy = bool(self._running or self._unsettled)
+                    wait = opts.sleep if beat is None or not busy else min(opts.sleep, max(0.0, next_beat - now))
                     self._backend("wait_for_jobs", driver.wait_for_jobs, opts.queues, wait, self._waker)
                 else:
                     self._waker.wait(None if beat is None else max(0.0, next_beat - now))
         finally:
             self._stop_pool()
         return self.stats
+
+    def _backend_failed(self, failures: int) -> int:
+        """Pause after a failed backend operation (longer each time, at most 5 s).
+
+        A resident worker keeps trying for as long as it runs; a ``once`` worker
+        (a cron run) gives up after ``ONCE_GIVE_UP`` failures in a row, so the
+        run ends with an error instead of hanging until the next one starts.
+        """
+        failures += 1
+        if self.options.once and failures >= ONCE_GIVE_UP:
+            raise QueueUnavailableError(
+                f"connection {self.connection_name!r} failed {failures} times in a row; giving up this --once run "
+                f"(last error: {self._last_error})"
+            )
+        self._waker.wait(min(0.05 * 2 ** min(failures, 7), 5.0))
+        return failures
 
     def _grace_over(self) -> bool:
         return self._stopped_at is not None and _clock.monotonic() - self._stopped_at >= self.options.grace
@@ -357,6 +376,7 @@ class Worker:
 
     def _operation_failed(self, operation: str, exc: BaseException) -> None:
         info = ExceptionInfo.from_exception(exc)
+        self._last_error = f"{operation}: {info.error}"
         log.error("queue operation %s on connection %r failed: %s", operation, self.connection_name, info.error)
         signals.emit(
             signals.queue_operation_failed,

@@ -177,3 +177,13 @@ def test_job_context_is_constructible_directly() -> None:
     assert JobContext(container, "id-2", "mail", 1, 3).is_last_attempt() is False
     jobs.Record(value=1).handle(context)
     assert jobs.calls == [("record", 1)]
+
+
+def test_registration_refuses_a_bad_memory_limit() -> None:
+    @dataclass
+    class Greedy(Job):
+        NAME = "tests.greedy"
+        MEMORY_LIMIT = -5
+
+    with pytest.raises(JobDefinitionError, match="MEMORY_LIMIT must be a positive number of bytes"):
+        JobRegistry().register(Greedy)

@@ -366,3 +366,35 @@ def test_sigterm_stops_a_worker_gracefully() -> None:
         proc.kill()
     assert proc.returncode == 0
     assert out.split() == ["finishing", "stopped", "1", "1"], out
+
+
+def test_a_once_worker_gives_up_on_a_backend_that_keeps_failing(manager: QueueManager, memory: MemoryQueue,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from rainier_sync.errors import QueueUnavailableError
+
+    def down(queues: Any, limit: int) -> Any:
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(memory, "reserve_many", down)
+    monkeypatch.setattr("rainier_sync.worker.ONCE_GIVE_UP", 3)
+    with pytest.raises(QueueUnavailableError, match="failed 3 times in a row.*reserve: ConnectionError"):
+        once(manager)
+
+
+def test_an_idle_worker_sleeps_instead_of_spinning(manager: QueueManager, memory: MemoryQueue,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    memory.reservation = 0.09  # a heartbeat every 30 ms
+    calls = {"n": 0}
+    real = memory.reserve_many
+
+    def counting(queues: Any, limit: int) -> Any:
+        calls["n"] += 1
+        return real(queues, limit)
+
+    monkeypatch.setattr(memory, "reserve_many", counting)
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, sleep=0.1))
+    worker.start()
+    time.sleep(0.5)
+    worker.stop()
+    worker.join(5)
+    assert calls["n"] <= 15, f"an idle worker polled {calls['n']} times in 0.5 s with sleep=0.1"
