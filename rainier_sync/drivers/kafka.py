@@ -422,7 +422,9 @@ class KafkaQueue(BaseQueue):
             point = part.commit_point()
             if point >= 0:  # even if committed before: an asynchronous commit may have failed
                 offsets.append(TopicPartition(tp.topic, tp.partition, point))
-            finished.extend(r for r in part.records if r.state == _DONE)
+            # Only jobs run here: a parked record re-produced at the tail shares
+            # its key with the copy, which must still run.
+            finished.extend(r for r in part.records if r.state == _DONE and r.handouts)
         if offsets and not lost:
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
@@ -443,8 +445,13 @@ class KafkaQueue(BaseQueue):
         self._watched = [r for r in self._watched if self._live(r)]
 
     def _mark_done(self, record: _Record) -> None:
+        """For a job done on a partition that is (or is about to be) someone
+        else's: a *done* marker, and the lease held as long, so whoever reads
+        the record again finds the lease taken and, watching, the marker."""
         try:
             self.locks.acquire(self._done_key(record), self._token, self.done_ttl)
+            if record.owner:
+                self.locks.renew(record.key, record.owner, self.done_ttl)
         except Exception as exc:  # noqa: BLE001 - the lease still protects it until it lapses
             log.warning("kafka: could not mark job %s done in the lock store: %s", record.job.id, exc)
 
