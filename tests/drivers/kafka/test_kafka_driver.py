@@ -288,3 +288,32 @@ def test_topics_are_created_with_their_settings(kafka_brokers: str, names: dict[
         assert config(prefix + "work.failed")["cleanup.policy"] == "compact"
     finally:
         q.close()
+
+
+@pytest.mark.kafka
+def test_a_job_finished_after_its_partition_moved_is_not_run_again_later(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    import datetime
+
+    from freezegun import freeze_time
+
+    locks = MemoryLockStore()  # its expiry follows the Python clock, which freezegun moves
+    with freeze_time(datetime.datetime.now(datetime.timezone.utc), tick=True) as frozen:
+        first = make(kafka_brokers, names, locks, partitions=1, lease=5)
+        second = make(kafka_brokers, names, locks, partitions=1, lease=5)
+        try:
+            first.push(queued())
+            running = first.reserve(["work"])
+            assert running is not None
+            consumer = first._consumer
+            first._consumer = None
+            consumer.close()  # the partition leaves the first worker mid-job
+            first.acknowledge(running)  # ... which finishes it afterwards
+            frozen.tick(60)  # long past the job's own lease
+            assert second.reserve(["work"]) is None, "done on the old owner: not run again"
+            wait_until(lambda: second.reserve(["work"]) is None and second.size("work") == 0, timeout=10,
+                       message="the new owner to commit past the finished job")
+        finally:
+            second.close()
+            first.close()
