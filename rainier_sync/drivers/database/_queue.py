@@ -48,13 +48,8 @@ class _Sql:
     def marks(self, n: int) -> str:
         return ", ".join([self.ph] * n)
 
-    def insert_job(self, ignore_duplicates: bool = True) -> str:
-        base = f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) VALUES ({self.marks(7)})"
-        if not ignore_duplicates:
-            return base
-        if self.dialect == MYSQL:
-            return base + " ON DUPLICATE KEY UPDATE id = id"
-        return base + " ON CONFLICT (id) DO NOTHING"
+    def insert_job(self) -> str:
+        return f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) VALUES ({self.marks(7)})"
 
     def upsert_failed(self) -> str:
         cols = "id, queue, name, body, error, exception, attempts, failed_at"
@@ -275,8 +270,8 @@ class DatabaseQueue(BaseQueue):
         self._wake_local()
         return job.id
 
-    def _insert_one(self, ignore_duplicates: bool = True) -> str:
-        insert = self._sql.insert_job(ignore_duplicates)
+    def _insert_one(self) -> str:
+        insert = self._sql.insert_job()
         if self.dialect != POSTGRESQL:
             return insert
         # NOTIFY in the same statement: delivered when (and only if) the insert commits.
@@ -291,7 +286,7 @@ class DatabaseQueue(BaseQueue):
             sql = (
                 f"WITH ins AS (INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) "
                 "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], "
-                "%b::float8[]) ON CONFLICT (id) DO NOTHING RETURNING queue) "
+                "%b::float8[]) RETURNING queue) "
                 f"SELECT pg_notify('{CHANNEL}', q) FROM (SELECT DISTINCT queue AS q FROM ins) AS s"
             )
             self._backend.execute(sql, [list(c) for c in columns])
@@ -317,7 +312,7 @@ class DatabaseQueue(BaseQueue):
         if dialect == SQLITE:
             self._check_same_sqlite_file(connection)
         cursor = connection.cursor()
-        sql = self._sql(self._insert_one(ignore_duplicates=False))
+        sql = self._sql(self._insert_one())
         for job in jobs:
             cursor.execute(sql, self._row(job))
         return [job.id for job in jobs]
@@ -407,7 +402,10 @@ class DatabaseQueue(BaseQueue):
             if self.dialect == MYSQL:
                 won = self._worker.execute(update, params)
                 rows = (
-                    self._worker.query(f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE token = %s", (token,))
+                    self._worker.query(
+                        f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE seq IN ({marks}) AND token = %s",
+                        (*candidates, token),
+                    )
                     if won
                     else []
                 )
@@ -420,11 +418,11 @@ class DatabaseQueue(BaseQueue):
 
     def _decode_claimed(self, rows: Sequence[tuple[Any, ...]]) -> list[QueuedJob]:
         jobs: list[QueuedJob] = []
-        for _seq, job_id, queue, name, body, attempts, priority, available_at, token in rows:
+        for seq, job_id, queue, name, body, attempts, priority, available_at, token in rows:
             try:
-                job = QueuedJob.decode(body, connection=self.connection, receipt=token)
+                job = QueuedJob.decode(body, connection=self.connection, receipt=(int(seq), token))
             except PayloadError as exc:
-                self._discard(job_id, queue, name, body, attempts, token, exc)
+                self._discard(int(seq), job_id, queue, name, body, attempts, token, exc)
                 continue
             job.id = job_id
             job.queue = queue
@@ -435,7 +433,7 @@ class DatabaseQueue(BaseQueue):
         return jobs
 
     def _discard(
-        self, job_id: str, queue: str, name: str, body: Any, attempts: int, token: str, exc: Exception
+        self, seq: int, job_id: str, queue: str, name: str, body: Any, attempts: int, token: str, exc: Exception
     ) -> None:
         """A row nobody can run (not JSON, not an envelope): into the failed store, with why."""
         info = ExceptionInfo.from_exception(exc)
@@ -444,7 +442,7 @@ class DatabaseQueue(BaseQueue):
         failed_at = _clock.now()
 
         def move(cursor: Any) -> None:
-            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE id = %s AND token = %s"), (job_id, token))
+            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE seq = %s AND token = %s"), (seq, token))
             cursor.execute(
                 self._sql(self._sql.upsert_failed()),
                 (job_id, queue, name, raw, info.error, encode(info.to_dict()), int(attempts), failed_at),
@@ -461,17 +459,21 @@ class DatabaseQueue(BaseQueue):
         )
 
     def _held(self, jobs: Sequence[QueuedJob]) -> tuple[str, list[Any]]:
-        """A WHERE clause matching exactly these reservations (job id and claim token)."""
-        ids = [job.id for job in jobs]
-        tokens = sorted({job.receipt for job in jobs if job.receipt is not None})
-        if self.dialect == POSTGRESQL:
-            if not tokens:
+        """A WHERE clause matching exactly these reservations: the rows claimed
+        (``seq``) with their claim tokens. A token is only ever written by the
+        claim that made it, so a row another worker claimed since does not match."""
+        claimed = [job.receipt for job in jobs if isinstance(job.receipt, tuple)]
+        if len(claimed) < len(jobs):  # not from reserve(): by job id (no index; an unusual call)
+            ids = [job.id for job in jobs]
+            if self.dialect == POSTGRESQL:
                 return "id = ANY(%s)", [ids]
-            return "id = ANY(%s) AND token = ANY(%s)", [ids, tokens]
-        clause = f"id IN ({self._sql.marks(len(ids))})"
-        if tokens:
-            clause += f" AND token IN ({self._sql.marks(len(tokens))})"
-        return clause, [*ids, *tokens]
+            return f"id IN ({self._sql.marks(len(ids))})", ids
+        seqs = [seq for seq, _ in claimed]
+        tokens = sorted({token for _, token in claimed})
+        if self.dialect == POSTGRESQL:
+            return "seq = ANY(%s) AND token = ANY(%s)", [seqs, tokens]
+        marks, token_marks = self._sql.marks(len(seqs)), self._sql.marks(len(tokens))
+        return f"seq IN ({marks}) AND token IN ({token_marks})", [*seqs, *tokens]
 
     def acknowledge(self, job: QueuedJob) -> None:
         self.acknowledge_many([job])
@@ -642,18 +644,25 @@ class DatabaseQueue(BaseQueue):
         """Sleep until a job may be due: a PostgreSQL ``NOTIFY`` from an insert, a
         commit by another SQLite connection, a push in this process, the soonest
         delayed job coming due, or ``waker``."""
-        soonest = self._soonest(queues) if queues else None
-        if soonest is not None:
-            timeout = min(timeout, max(0.0, soonest - _clock.now()))
-        if timeout <= 0 or waker.is_set():
-            return
+        # Start listening (or note SQLite's data version) before looking for the
+        # soonest job, so a dispatch between the two is seen by one or the other.
         with self._waiters_lock:
             self._waiters.add(waker)
         try:
+            listener = version = None
             if self.dialect == POSTGRESQL:
-                self._wait_notified(queues, timeout, waker)
+                listener = self._listen()
             else:
-                self._wait_polling(timeout, waker)
+                version = self._data_version()
+            soonest = self._soonest(queues) if queues else None
+            if soonest is not None:
+                timeout = min(timeout, max(0.0, soonest - _clock.now()))
+            if timeout <= 0 or waker.is_set():
+                return
+            if listener is not None:
+                self._wait_notified(listener, queues, timeout, waker)
+            else:
+                self._wait_polling(version, timeout, waker)
         finally:
             with self._waiters_lock:
                 self._waiters.discard(waker)
@@ -665,12 +674,11 @@ class DatabaseQueue(BaseQueue):
             self._listener = conn
         return self._listener
 
-    def _wait_notified(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
-        psycopg_errors = self._backend.db._lost
+    def _wait_notified(self, listener: Any, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        lost = self._backend.db._lost
         deadline = _clock.monotonic() + timeout
+        wanted = set(queues)
         try:
-            listener = self._listen()
-            wanted = set(queues)
             while True:
                 remaining = deadline - _clock.monotonic()
                 if remaining <= 0 or waker.is_set():
@@ -682,15 +690,14 @@ class DatabaseQueue(BaseQueue):
                     for note in listener.notifies(timeout=0):
                         if not note.payload or note.payload in wanted:
                             return
-        except psycopg_errors as exc:
+        except lost as exc:
             log.warning("the LISTEN connection to %s was lost (%s); it reopens on the next wait", self.url, exc)
             self._close_listener()
         except (OSError, ValueError):  # the waker was closed under us: a stop
             return
 
-    def _wait_polling(self, timeout: float, waker: Waker) -> None:
+    def _wait_polling(self, version: Any, timeout: float, waker: Waker) -> None:
         deadline = _clock.monotonic() + timeout
-        version = self._data_version()
         while True:
             remaining = deadline - _clock.monotonic()
             if remaining <= 0:
