@@ -70,17 +70,22 @@ def test_two_workers_drain_5000_jobs_each_exactly_once(
 ) -> None:
     total = 5000
     dispatch(kafka_brokers, names, total)
-    out, log = tmp_path / "ran.txt", tmp_path / "workers.log"
-    workers = [spawn(kafka_brokers, names, redis_url, out, log) for _ in range(2)]
+    out_a, out_b, log = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "workers.log"
+    options = ("--work-ms", "3")
+    workers = [spawn(kafka_brokers, names, redis_url, out_a, log, *options)]
     try:
-        wait_until(lambda: len(lines(out)) >= total, timeout=90, interval=0.1,
+        # The second joins mid-drain: the group rebalances under jobs in flight.
+        wait_until(lambda: len(lines(out_a)) >= 500, timeout=60, interval=0.02, message="the first worker to start")
+        workers.append(spawn(kafka_brokers, names, redis_url, out_b, log, *options))
+        wait_until(lambda: len(lines(out_a)) + len(lines(out_b)) >= total, timeout=90, interval=0.1,
                    message=f"{total} jobs to run (log: {log})")
     finally:
         stop(*workers)
-    ran = collections.Counter(lines(out))
+    ran = collections.Counter(lines(out_a) + lines(out_b))
     assert set(ran) == set(range(total)), "every job runs"
     twice = sorted(n for n, c in ran.items() if c > 1)
     assert twice == [], f"{len(twice)} job(s) ran twice with nobody crashing: {twice[:20]}"
+    assert lines(out_b), "the second worker took partitions over mid-drain"
     assert all(w.returncode == 0 for w in workers), log.read_text()[-3000:]
 
 
