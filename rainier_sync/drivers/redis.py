@@ -441,6 +441,16 @@ _PROMOTE = 1000
 _GROUP = "rainier"
 
 
+def _drop_if_closed(conn: Any) -> None:
+    """Disconnect an idle connection the server closed (it is readable with nothing
+    asked), so the next command opens a fresh one, as a pool checkout would."""
+    try:
+        if conn.can_read(timeout=0):
+            conn.disconnect()
+    except (redis.ConnectionError, OSError):
+        conn.disconnect()
+
+
 def _consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -532,6 +542,8 @@ class RedisQueue(BaseQueue):
         self._sent: collections.deque[list[Any]] = collections.deque()
         self._redo: list[list[Any]] = []
         self._reconnect = reconnect
+        self._push_lock = threading.Lock()
+        self._push_conn: Any = None
 
     @classmethod
     def from_url(
@@ -615,7 +627,7 @@ class RedisQueue(BaseQueue):
         return f"{queue}\t{priority}\t{job.attempts}\t{float(job.available_at)!r}\t{job.encode()}"
 
     def push(self, job: QueuedJob) -> str:
-        self._scripts["push"](args=[self.prefix, _num(_clock.now()), self._line(job)])
+        self._on_push_connection("push", [self.prefix, _num(_clock.now()), self._line(job)])
         return job.id
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
@@ -628,7 +640,7 @@ class RedisQueue(BaseQueue):
             for start in range(0, len(jobs), _CHUNK)
         ]
         if len(chunks) == 1:
-            self._scripts["push"](args=chunks[0])
+            self._on_push_connection("push", chunks[0])
         else:
             pipe = self._client.pipeline(transaction=False)
             for args in chunks:
@@ -692,7 +704,9 @@ class RedisQueue(BaseQueue):
             "exception": info.to_dict(),
             "failed_at": now,
         }
-        self._scripts["fail"](args=[self.prefix, _GROUP, queue, band, entry, failed_id, encode(record), _num(now)])
+        self._on_loop_connection(
+            "fail", [self.prefix, _GROUP, queue, band, entry, failed_id, encode(record), _num(now)]
+        )
         log.error("queue %r: discarded unreadable stream entry %s: %s", queue, entry_id, info.error)
         signals.emit(
             signals.queue_message_discarded,
@@ -749,6 +763,8 @@ class RedisQueue(BaseQueue):
     def _loop_connection(self) -> Any:
         if self._loop_conn is None:
             self._loop_conn = self._client.connection_pool.get_connection()
+        elif not self._sent:
+            _drop_if_closed(self._loop_conn)
         return self._loop_conn
 
     def _loop_broken(self) -> None:
@@ -790,6 +806,30 @@ class RedisQueue(BaseQueue):
                         raise
             self._redo_acks()
 
+    def _on_push_connection(self, script: str, args: list[Any]) -> Any:
+        """Run ``script`` on the producers' own connection: a dispatch skips the pool's checkout
+        (a third of its cost). A second thread dispatching meanwhile takes a pooled one."""
+        if not self._push_lock.acquire(blocking=False):
+            return self._scripts[script](args=args)
+        try:
+            conn = self._push_conn
+            if conn is None:
+                conn = self._push_conn = self._client.connection_pool.get_connection()
+            else:
+                _drop_if_closed(conn)
+            try:
+                conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args)
+                return conn.read_response()
+            except redis.exceptions.NoScriptError:
+                pass
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                conn.disconnect()
+                if not self._reconnect:
+                    raise
+            return self._scripts[script](args=args)
+        finally:
+            self._push_lock.release()
+
     def _on_loop_connection(self, script: str, args: list[Any]) -> Any:
         """Run ``script`` on the loop connection, reading unread acknowledgement replies on the way."""
         with self._loop_lock:
@@ -811,14 +851,14 @@ class RedisQueue(BaseQueue):
             return self._scripts[script](args=args)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
-        self._sync()
         receipt = self._receipt(job)
         if receipt is None:
             return
         now = _clock.now()
         due = now + max(0.0, float(delay))
-        self._scripts["release"](
-            args=[
+        self._on_loop_connection(
+            "release",
+            [
                 self.prefix,
                 _GROUP,
                 receipt.queue,
@@ -828,24 +868,22 @@ class RedisQueue(BaseQueue):
                 _num(due),
                 str(job.attempts),
                 receipt.body,
-            ]
+            ],
         )
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
-        self._sync()
         info = as_exception_info(error)
         now = _clock.now()
         failed = FailedJob.of(job, info, now)
         record = {"job": job.to_wire(), "error": info.error, "exception": info.to_dict(), "failed_at": now}
         receipt = self._receipt(job)
         queue, band, entry = (receipt.queue, receipt.band, receipt.entry) if receipt else (job.queue, b"0", b"0-0")
-        self._scripts["fail"](args=[self.prefix, _GROUP, queue, band, entry, job.id, encode(record), _num(now)])
+        self._on_loop_connection("fail", [self.prefix, _GROUP, queue, band, entry, job.id, encode(record), _num(now)])
         return failed
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Push running jobs' deadlines out and re-claim their entries for this consumer
         (``XCLAIM ... JUSTID``), so neither sweep takes them from a live worker."""
-        self._sync()
         args: list[Any] = []
         for job in as_job_list(jobs):
             receipt = self._receipt(job)
@@ -854,23 +892,12 @@ class RedisQueue(BaseQueue):
         if not args:
             return
         deadline = _clock.now() + (self.reservation if seconds is None else float(seconds))
-        self._scripts["extend"](args=[self.prefix, _GROUP, self.consumer, _num(deadline), *args])
+        self._on_loop_connection("extend", [self.prefix, _GROUP, self.consumer, _num(deadline), *args])
 
     def reclaim_expired(self) -> int:
         """Put every job whose reservation lapsed back on its queue; returns how many."""
-        self._sync()
-        return int(
-            self._scripts["reclaim"](
-                args=[
-                    self.prefix,
-                    _GROUP,
-                    self.consumer,
-                    _num(_clock.now()),
-                    int(self.reservation * 1000),
-                    _PROMOTE,
-                ]
-            )
-        )
+        args = [self.prefix, _GROUP, self.consumer, _num(_clock.now()), int(self.reservation * 1000), _PROMOTE]
+        return int(self._on_loop_connection("reclaim", args))
 
     # -- the failed store ---------------------------------------------------------
     def _failed_from(self, failed_id: str, raw: bytes | None) -> FailedJob | None:
@@ -1051,6 +1078,10 @@ class RedisQueue(BaseQueue):
             if self._loop_conn is not None:
                 self._client.connection_pool.release(self._loop_conn)
                 self._loop_conn = None
+        with self._push_lock:
+            if self._push_conn is not None:
+                self._client.connection_pool.release(self._push_conn)
+                self._push_conn = None
         self._closed.set()
         listener = self._listener
         if listener is not None and listener is not threading.current_thread():
