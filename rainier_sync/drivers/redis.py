@@ -627,7 +627,7 @@ class RedisQueue(BaseQueue):
         return f"{queue}\t{priority}\t{job.attempts}\t{float(job.available_at)!r}\t{job.encode()}"
 
     def push(self, job: QueuedJob) -> str:
-        self._on_push_connection("push", [self.prefix, _num(_clock.now()), self._line(job)])
+        self._on_push_connection("push", [[self.prefix, _num(_clock.now()), self._line(job)]])
         return job.id
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
@@ -639,13 +639,7 @@ class RedisQueue(BaseQueue):
             [self.prefix, now, "\n".join([self._line(job) for job in jobs[start : start + _CHUNK]])]
             for start in range(0, len(jobs), _CHUNK)
         ]
-        if len(chunks) == 1:
-            self._on_push_connection("push", chunks[0])
-        else:
-            pipe = self._client.pipeline(transaction=False)
-            for args in chunks:
-                self._scripts["push"](args=args, client=pipe)
-            pipe.execute()
+        self._on_push_connection("push", chunks)
         return [job.id for job in jobs]
 
     # -- consuming -------------------------------------------------------------
@@ -806,29 +800,46 @@ class RedisQueue(BaseQueue):
                         raise
             self._redo_acks()
 
-    def _on_push_connection(self, script: str, args: list[Any]) -> Any:
-        """Run ``script`` on the producers' own connection: a dispatch skips the pool's checkout
-        (a third of its cost). A second thread dispatching meanwhile takes a pooled one."""
+    def _on_push_connection(self, script: str, calls: list[list[Any]]) -> None:
+        """Run ``script`` once per argument list, pipelined on the producers' own connection:
+        a dispatch skips the pool's checkout (a third of its cost). A second thread
+        dispatching meanwhile takes a pooled connection instead."""
         if not self._push_lock.acquire(blocking=False):
-            return self._scripts[script](args=args)
+            self._pipelined(script, calls)
+            return
         try:
             conn = self._push_conn
             if conn is None:
                 conn = self._push_conn = self._client.connection_pool.get_connection()
             else:
                 _drop_if_closed(conn)
+            again: list[list[Any]] = []
             try:
-                conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args)
-                return conn.read_response()
-            except redis.exceptions.NoScriptError:
-                pass
+                for args in calls:
+                    conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args)
+                for args in calls:
+                    try:
+                        conn.read_response()
+                    except redis.exceptions.NoScriptError:
+                        again.append(args)
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 conn.disconnect()
                 if not self._reconnect:
                     raise
-            return self._scripts[script](args=args)
+                again = calls  # the ordinary way retries; a push that got through is stored twice
+            if again:
+                self._pipelined(script, again)
         finally:
             self._push_lock.release()
+
+    def _pipelined(self, script: str, calls: list[list[Any]]) -> None:
+        if len(calls) == 1:
+            self._scripts[script](args=calls[0])
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for args in calls:
+            self._scripts[script](args=args, client=pipe)
+        pipe.execute()
 
     def _on_loop_connection(self, script: str, args: list[Any]) -> Any:
         """Run ``script`` on the loop connection, reading unread acknowledgement replies on the way."""

@@ -392,3 +392,18 @@ def test_a_queue_name_that_cannot_be_a_key_is_refused_naming_it(queue: RedisQueu
     with pytest.raises(ValueError, match="bad\\\\tname"):
         queue.push(job("bad\tname"))
     assert queue.queue_names() == []
+
+
+def test_scripts_the_server_does_not_have_cached_are_loaded_on_the_way(queue: RedisQueue) -> None:
+    # as after a SCRIPT FLUSH or a failover, without flushing a shared server: the
+    # driver's idea of each script's SHA1 is one the server has never seen
+    for name in ("push", "reserve", "ack", "release"):
+        queue._scripts[name].sha = "0" * 40
+    queue.push_many([job(), job()])
+    first, second = queue.reserve_many(["default"], 2)
+    queue.acknowledge_many([first])
+    queue.release(second, 0)
+    again = queue.reserve_many(["default"], 2)
+    assert [j.id for j in again] == [second.id]
+    queue.acknowledge(again[0])
+    assert queue.size("default") == 0
