@@ -30,13 +30,16 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from .. import _clock, signals
-from ..errors import ConfigurationError, DriverUnavailableError, PayloadError, RainierError
+from ..errors import ConfigurationError, DriverUnavailableError, JobCrashedError, PayloadError, RainierError
 from ..locks.base import LockStore
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, QueueDriver, Waker, as_job_list
+
+if TYPE_CHECKING:
+    from ..manager import QueueManager
 
 try:
     import confluent_kafka
@@ -93,6 +96,7 @@ class _Record:
     job: QueuedJob  # as on the wire: ``attempts`` counts attempts before this record
     state: str = _READY
     handouts: int = 0
+    lapsed: int = 0  # leases found lapsed: attempts whose worker died
     owner: str = ""
     lease_until: float = 0.0
     parked_since: float = 0.0
@@ -258,6 +262,11 @@ class KafkaQueue(BaseQueue):
         self._last_commit = 0.0
         self._quiet_until: dict[int, float] = {}
         self._closed = False
+        self._unique_locks: LockStore | None = None
+
+    def bind(self, manager: QueueManager, connection: str) -> None:
+        super().bind(manager, connection)
+        self._unique_locks = manager.locks
 
     @property
     def _buffered(self) -> int:
@@ -635,10 +644,14 @@ class KafkaQueue(BaseQueue):
                     if not batch:
                         break
                     for record, ok in zip(batch, self._acquire(batch), strict=True):
-                        if ok:
-                            taken.append(self._hand_out(record, now))
-                        else:
+                        if not ok:
                             self._contended(record, now)
+                            continue
+                        job = self._hand_out(record, now)
+                        if job.attempts > job.max_attempts:
+                            self._gave_up(job, record)
+                        else:
+                            taken.append(job)
                 if len(taken) >= limit:
                     break
             self._commit(consumer)
@@ -649,8 +662,25 @@ class KafkaQueue(BaseQueue):
         record.handouts += 1
         record.lease_until = now + self.lease
         job = record.job
-        return replace(job, attempts=job.attempts + record.handouts, connection=self.connection,
+        return replace(job, attempts=job.attempts + record.handouts + record.lapsed, connection=self.connection,
                        receipt=_Receipt(record, record.handouts))
+
+    def _gave_up(self, job: QueuedJob, record: _Record) -> None:
+        """A job whose workers died under it until its attempts ran out: dead-letter
+        it rather than let it take down worker after worker."""
+        error = JobCrashedError(
+            f"job {job.name!r} ({job.id}): the worker running it stopped without finishing "
+            f"{record.lapsed} time(s); {job.max_attempts} attempt(s) used up"
+        )
+        info = ExceptionInfo.from_exception(error)
+        log.error("kafka: %s", info.message)
+        self.fail(job, info)
+        signals.emit(signals.job_failed, self, job=job, connection=self.connection, error=info.error, exception=info)
+        if job.unique_key is not None and job.unique_owner is not None and self._unique_locks is not None:
+            try:
+                self._unique_locks.release(job.unique_key, job.unique_owner)
+            except Exception as exc:  # noqa: BLE001 - the unique lock's own expiry is the net
+                log.warning("kafka: could not release unique lock %s: %s", job.unique_key, exc)
 
     def _contended(self, record: _Record, now: float) -> None:
         """Someone holds this job's lease: a live worker runs it (or ran it and is
@@ -679,6 +709,9 @@ class KafkaQueue(BaseQueue):
             if done:
                 record.state = _DONE
             elif holder is None:
+                # The worker that held it stopped renewing: it died (or gave the
+                # job up when stopping), which used up an attempt.
+                record.lapsed += 1
                 record.state = _READY
                 self._ready.setdefault(record.queue, collections.deque()).appendleft(record)
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -107,27 +108,71 @@ def test_a_revoked_job_whose_lease_is_held_is_not_run_twice(kafka_brokers: str, 
         first.close()
 
 
+def _frozen() -> Any:
+    """Frozen time that still ticks: MemoryLockStore's leases follow the Python
+    clock, so a test can make one lapse without waiting for it."""
+    import datetime
+
+    from freezegun import freeze_time
+
+    return freeze_time(datetime.datetime.now(datetime.timezone.utc), tick=True)
+
+
 @pytest.mark.kafka
 def test_a_lapsed_lease_lets_the_job_run_again(kafka_brokers: str, names: dict[str, str]) -> None:
     locks = MemoryLockStore()
-    dead = make(kafka_brokers, names, locks, partitions=1, lease=1)
-    alive = make(kafka_brokers, names, locks, partitions=1, lease=1)
-    try:
-        job = queued()
-        dead.push(job)
-        assert dead.reserve(["work"]) is not None
-        consumer = dead._consumer  # the worker dies: it never renews the lease
-        dead._consumer = None
-        consumer.close()
-        got: list[QueuedJob] = []
-        wait_until(lambda: bool(got.extend(alive.reserve_many(["work"], 1)) or got), timeout=10,
-                   message="the job to run again once its lease lapsed")
-        assert got[0].id == job.id
-        alive.acknowledge(got[0])
-        assert alive.size("work") == 0
-    finally:
-        alive.close()
-        dead.close()
+    with _frozen() as frozen:
+        dead = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        alive = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        try:
+            job = queued()
+            dead.push(job)
+            assert dead.reserve(["work"]) is not None
+            consumer = dead._consumer  # the worker dies: it never renews the lease
+            dead._consumer = None
+            consumer.close()
+            assert alive.reserve(["work"]) is None, "its lease is still held: not yet"
+            frozen.tick(60)  # (a ticking freeze moves from its start time: leave a margin)
+            got = alive.reserve_many(["work"], 1)
+            assert [j.id for j in got] == [job.id]
+            assert got[0].attempts == 2, "the attempt its dead worker was running counts"
+            alive.acknowledge(got[0])
+            assert alive.size("work") == 0
+        finally:
+            alive.close()
+            dead.close()
+
+
+@pytest.mark.kafka
+def test_a_job_whose_workers_keep_dying_is_dead_lettered(kafka_brokers: str, names: dict[str, str]) -> None:
+    locks = MemoryLockStore()
+    failed: list[dict[str, Any]] = []
+
+    def on_failed(sender: Any, **kw: Any) -> None:
+        failed.append(kw)
+
+    signals.job_failed.connect(on_failed)
+    with _frozen() as frozen:
+        dead = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        alive = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        try:
+            job = replace(queued(), max_attempts=1)
+            dead.push(job)
+            assert dead.reserve(["work"]) is not None
+            consumer = dead._consumer  # its only attempt dies with the worker
+            dead._consumer = None
+            consumer.close()
+            assert alive.reserve(["work"]) is None
+            frozen.tick(60)  # (a ticking freeze moves from its start time: leave a margin)
+            assert alive.reserve(["work"]) is None, "attempts used up: dead-lettered, not run"
+            [entry] = alive.failed_jobs(10)
+            assert entry.id == job.id and entry.exception.crashed and "stopped without finishing" in entry.error
+            assert [kw["job"].id for kw in failed] == [job.id] and failed[0]["exception"].crashed
+            assert alive.size("work") == 0
+        finally:
+            signals.job_failed.disconnect(on_failed)
+            alive.close()
+            dead.close()
 
 
 @pytest.mark.kafka
@@ -294,12 +339,8 @@ def test_topics_are_created_with_their_settings(kafka_brokers: str, names: dict[
 def test_a_job_finished_after_its_partition_moved_is_not_run_again_later(
     kafka_brokers: str, names: dict[str, str]
 ) -> None:
-    import datetime
-
-    from freezegun import freeze_time
-
-    locks = MemoryLockStore()  # its expiry follows the Python clock, which freezegun moves
-    with freeze_time(datetime.datetime.now(datetime.timezone.utc), tick=True) as frozen:
+    locks = MemoryLockStore()
+    with _frozen() as frozen:
         first = make(kafka_brokers, names, locks, partitions=1, lease=5)
         second = make(kafka_brokers, names, locks, partitions=1, lease=5)
         try:
