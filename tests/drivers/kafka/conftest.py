@@ -1,11 +1,11 @@
+"""Per-test names (group, topic prefix, lock keys) and a shared Redis lock store."""
+
 from __future__ import annotations
 
 import uuid
 from typing import Iterator
 
 import pytest
-
-from tests.services.tansu import FAST_GROUP
 
 
 @pytest.fixture
@@ -32,5 +32,3 @@ def shared_locks(redis_url: str, names: dict[str, str]) -> Iterator[object]:
         store._client.delete(*keys)
     store.close()
 
-
-__all__ = ["FAST_GROUP"]
