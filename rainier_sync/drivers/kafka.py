@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from ..manager import QueueManager
 
 try:
-    import confluent_kafka
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
@@ -215,7 +214,9 @@ class KafkaQueue(BaseQueue):
         #: How long a *done* marker lives: long enough for the partition's next
         #: owner to read past the record.
         self.done_ttl = max(4 * self.lease, 600.0)
+        #: Longest wait for the group to hand this consumer its partitions.
         self.join_timeout = 30.0
+        #: Longest wait, in ``reserve``, for records known to be on the broker.
         self.read_wait = 3.0
         self._token = uuid.uuid4().hex[:12]
         self._seq = itertools.count(1)
@@ -250,7 +251,6 @@ class KafkaQueue(BaseQueue):
         self._consumer: Consumer | None = None
         self._inspector: Consumer | None = None
         self._topics: set[str] = set()
-        self._subscribed: tuple[str, ...] = ()
         self._queues: set[str] = set()
         self._assigned = threading.Event()
         self._parts: dict[TP, _Partition] = {}
@@ -399,7 +399,6 @@ class KafkaQueue(BaseQueue):
             self._consumer.subscribe(
                 list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
-            self._subscribed = topics
             deadline = _clock.monotonic() + self.join_timeout
             while not self._assigned.is_set() and _clock.monotonic() < deadline:
                 self._take_in(self._consumer.poll(0.05))
@@ -1055,5 +1054,3 @@ class KafkaQueue(BaseQueue):
                 self._inspector.close()
                 self._inspector = None
 
-
-_ = confluent_kafka  # the module is the extra's marker for DriverUnavailableError above

@@ -60,6 +60,23 @@ def test_a_queue_name_that_cannot_be_a_topic_is_refused_at_dispatch() -> None:
         q.push(queued("mail box"))
 
 
+def test_without_the_extra_the_error_names_it() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['confluent_kafka'] = None\n"
+        "import rainier_sync\n"
+        "from rainier_sync.errors import DriverUnavailableError\n"
+        "try:\n"
+        "    from rainier_sync.drivers import KafkaQueue\n"
+        "except DriverUnavailableError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "pip install 'rainier_sync[kafka]'" in out.stdout, out.stderr
+
+
 def test_the_driver_is_loaded_by_name() -> None:
     from rainier_sync import drivers
 
