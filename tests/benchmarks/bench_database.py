@@ -13,7 +13,8 @@ For each dialect (PostgreSQL in a schema of its own, SQLite WAL with
 - ``drain``: one :class:`~rainier_sync.Worker` with ``--threads`` threads runs
   ``--jobs`` no-op jobs from a full queue to empty (``once`` mode).
 - ``claim+ack``: the driver alone, one thread: ``reserve_many(8)`` then
-  ``acknowledge_many`` until empty (the driver's ceiling without the worker).
+  ``acknowledge_many`` until empty (the driver's ceiling without the worker);
+  median of 3, interleaved with the next one.
 - ``claim+ack backlog``: the same loop for ``--jobs`` jobs with ``--backlog``
   more ready jobs behind them.
 - ``backlog drain``: the same drain of ``--jobs`` jobs with ``--backlog`` more
@@ -177,6 +178,15 @@ def bench_claim_ack(target: Target, n: int, backlog: int = 0) -> float:
     return rate
 
 
+def claim_ack_pair(target: Target, n: int, backlog: int, repeat: int = 3) -> dict[str, float]:
+    """``claim+ack`` without and with the backlog, interleaved, medians of ``repeat``."""
+    empty, behind = [], []
+    for _ in range(repeat):
+        empty.append(bench_claim_ack(target, n))
+        behind.append(bench_claim_ack(target, n, backlog=backlog))
+    return {"claim+ack": statistics.median(empty), "claim+ack backlog": statistics.median(behind)}
+
+
 def bench_latency(target: Target, probes: int, threads: int) -> tuple[float, float]:
     producer = target.manager()
     worker_side = QueueManager({"db": DatabaseQueue.from_url(target.url)}, registry=REGISTRY, container=Container())
@@ -221,8 +231,7 @@ def main() -> None:
                     "dispatch_many": bench_dispatch_many(target, args.jobs * 5),
                     "push_many": bench_push_many(target, args.jobs * 5),
                     "drain": statistics.median(bench_drain(target, args.jobs, args.threads) for _ in range(3)),
-                    "claim+ack": bench_claim_ack(target, args.jobs),
-                    "claim+ack backlog": bench_claim_ack(target, args.jobs, backlog=args.backlog),
+                    **claim_ack_pair(target, args.jobs, args.backlog),
                     "backlog drain": bench_drain(target, args.jobs, args.threads, backlog=args.backlog),
                 }
                 row["backlog / empty"] = row["backlog drain"] / row["drain"]
