@@ -222,7 +222,9 @@ class KafkaQueue(BaseQueue):
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
         self._inspect_lock = threading.Lock()
-        base: dict[str, Any] = {"bootstrap.servers": self.brokers, "logger": log}
+        # Back off at most 2 s between reconnects (librdkafka: 10 s), so workers
+        # pick up again soon after a broker restart.
+        base: dict[str, Any] = {"bootstrap.servers": self.brokers, "logger": log, "reconnect.backoff.max.ms": 2000}
         self._producer_config: dict[str, Any] = {
             **base,
             "acks": "all",

@@ -95,7 +95,7 @@ def test_a_worker_killed_mid_drain_loses_no_job(
     kafka_brokers: str, redis_url: str, shared_locks: Any, names: dict[str, str], tmp_path: pathlib.Path,
     record_property: Any,
 ) -> None:
-    total = 3000
+    total = 2000
     dispatch(kafka_brokers, names, total)
     out_a, out_b, log = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "workers.log"
     options = ("--concurrency", "4", "--work-ms", "4", "--lease", "3")
@@ -126,7 +126,7 @@ def test_workers_reconnect_and_finish_after_a_broker_restart(tansu_s3: Any, tmp_
 
     tag = uuid.uuid4().hex[:8]
     names = {"group": f"r-{tag}", "prefix": f"r-{tag}.", "locks": ""}
-    total = 1000
+    total = 600
     dispatch(tansu_s3.bootstrap, names, total)
     out = tmp_path / "ran.txt"
     app._out["fd"] = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -136,7 +136,7 @@ def test_workers_reconnect_and_finish_after_a_broker_restart(tansu_s3: Any, tmp_
     worker = Worker(manager, options=WorkerOptions(queues=["drain"], concurrency=4, sleep=0.2, grace=5))
     worker.start()
     try:
-        wait_until(lambda: len(lines(out)) >= 200, timeout=60, interval=0.05, message="the worker to get going")
+        wait_until(lambda: len(lines(out)) >= 150, timeout=60, interval=0.05, message="the worker to get going")
         tansu_s3.restart()
         wait_until(lambda: len(set(lines(out))) >= total, timeout=60, interval=0.1,
                    message="every job to run after the broker restart")
