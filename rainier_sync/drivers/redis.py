@@ -351,7 +351,7 @@ end
 return renewed
 """
 
-# ARGV: prefix, group, consumer, now, min_idle_ms, batch
+# ARGV: prefix, group, consumer, now, min_idle_ms, batch, forget_consumer_ms
 # Lapsed reservations (by the client's clock) go back on their stream with one
 # more attempt counted. Then XAUTOCLAIM sweeps for pending entries with no
 # reservation on record that Redis has seen idle for longer than a reservation.
@@ -359,7 +359,7 @@ _RECLAIM = (
     _PUSH_LIB
     + """
 local P, group, consumer, now_s = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local min_idle, batch = ARGV[5], tonumber(ARGV[6])
+local min_idle, batch, forget = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local n = 0
 for _, q in ipairs(redis.call('SMEMBERS', P .. 'queues')) do
   local base = P .. q .. ':'
@@ -386,6 +386,19 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. 'queues')) do
       cursor = claimed[1]
       if cursor == '0-0' then
         break
+      end
+    end
+    -- consumers of dead worker processes: nothing pending, silent for ten reservations
+    local consumers = redis.pcall('XINFO', 'CONSUMERS', stream, group)
+    if type(consumers) == 'table' and not consumers.err then
+      for _, c in ipairs(consumers) do
+        local info = {}
+        for k = 1, #c, 2 do
+          info[c[k]] = c[k + 1]
+        end
+        if info['name'] ~= consumer and info['pending'] == 0 and (info['idle'] or 0) > forget then
+          redis.call('XGROUP', 'DELCONSUMER', stream, group, info['name'])
+        end
       end
     end
   end
@@ -906,8 +919,12 @@ class RedisQueue(BaseQueue):
         self._on_loop_connection("extend", [self.prefix, _GROUP, self.consumer, _num(deadline), *args])
 
     def reclaim_expired(self) -> int:
-        """Put every job whose reservation lapsed back on its queue; returns how many."""
-        args = [self.prefix, _GROUP, self.consumer, _num(_clock.now()), int(self.reservation * 1000), _PROMOTE]
+        """Put every job whose reservation lapsed back on its queue; returns how many.
+
+        Also forgets group consumers (worker processes) that hold nothing and have
+        not been heard from for ten reservations."""
+        reservation_ms = int(self.reservation * 1000)
+        args = [self.prefix, _GROUP, self.consumer, _num(_clock.now()), reservation_ms, _PROMOTE, 10 * reservation_ms]
         return int(self._on_loop_connection("reclaim", args))
 
     # -- the failed store ---------------------------------------------------------

@@ -407,3 +407,25 @@ def test_scripts_the_server_does_not_have_cached_are_loaded_on_the_way(queue: Re
     assert [j.id for j in again] == [second.id]
     queue.acknowledge(again[0])
     assert queue.size("default") == 0
+
+
+def test_reclaim_forgets_consumers_of_dead_workers(make, redis_client, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    queue = make(reservation=0.1)
+    queue.push_many([job(), job()])
+    mine = queue.reserve(["default"])
+    assert mine is not None
+    [(_, [(entry, _)])] = redis_client.xreadgroup("rainier", "ghost", {stream(prefix): ">"}, count=1)
+    redis_client.xack(stream(prefix), "rainier", entry)  # the ghost finished its job, then its process died
+
+    def consumers() -> set[str]:
+        return {c["name"].decode() for c in redis_client.xinfo_consumers(stream(prefix), "rainier")}
+
+    assert consumers() == {"ghost", queue.consumer}
+    queue.extend([mine], 60)  # our own consumer stays busy, and is never forgotten while it holds a job
+    wait_until(
+        lambda: queue.reclaim_expired() >= 0 and "ghost" not in consumers(),
+        timeout=10,
+        interval=0.1,
+        message="the ghost consumer to be forgotten",
+    )
+    assert queue.consumer in consumers()
