@@ -47,8 +47,26 @@ class Hang(Job):
         client.set(self.prefix + "finished-attempt", context.attempt)
 
 
+@dataclass
+class Flaky(Job):
+    """Fails its first attempt; backs off 30 s; records the attempt that succeeded."""
+
+    NAME = "redis-tests.flaky"
+    TRIES = 3
+
+    prefix: str
+
+    def handle(self, context: JobContext) -> None:
+        if context.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        context.resolve(redis.Redis).set(self.prefix + "flaky-succeeded", context.attempt)
+
+    def backoff(self, attempt: int) -> float:
+        return 30
+
+
 def registry() -> JobRegistry:
-    return JobRegistry().with_job(Record).with_job(Hang)
+    return JobRegistry().with_job(Record).with_job(Hang).with_job(Flaky)
 
 
 def container(url: str) -> Container:

@@ -429,3 +429,26 @@ def test_reclaim_forgets_consumers_of_dead_workers(make, redis_client, prefix: s
         message="the ghost consumer to be forgotten",
     )
     assert queue.consumer in consumers()
+
+
+def test_delays_and_backoff_follow_frozen_time_in_a_once_worker(redis_url: str, redis_client, prefix: str) -> None:
+    from rainier_sync import QueueManager
+
+    with freeze_time("2026-03-01 12:00:00") as frozen:
+        queue = RedisQueue.from_url(redis_url, prefix=prefix)
+        manager = QueueManager({"redis": queue}, registry=jobs.registry(), container=jobs.container(redis_url))
+        once = WorkerOptions(queues=["default"], concurrency=2, once=True)
+        try:
+            manager.dispatch_after(60, jobs.Record(prefix, 7))
+            manager.dispatch(jobs.Flaky(prefix))
+            first = Worker(manager, options=once).run()
+            assert (first.processed, first.released) == (0, 1), "the delayed job waits; Flaky fails and backs off"
+            frozen.tick(31)
+            assert Worker(manager, options=once).run().processed == 1
+            assert redis_client.get(prefix + "flaky-succeeded") == b"2"
+            assert redis_client.hgetall(prefix + "ran") == {}
+            frozen.tick(30)
+            assert Worker(manager, options=once).run().processed == 1
+            assert redis_client.hgetall(prefix + "ran") == {b"7": b"1"}
+        finally:
+            manager.close()
