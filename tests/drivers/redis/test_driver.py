@@ -452,3 +452,40 @@ def test_delays_and_backoff_follow_frozen_time_in_a_once_worker(redis_url: str, 
             assert redis_client.hgetall(prefix + "ran") == {b"7": b"1"}
         finally:
             manager.close()
+
+
+def test_a_server_that_never_answers_fails_a_dispatch_within_the_response_timeout() -> None:
+    # a listener that accepts and then says nothing: what a hung server or a black-holing
+    # network looks like, which the real server cannot be made to do without stalling everyone
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    queue = RedisQueue.from_url(f"redis://127.0.0.1:{port}/0", connect_timeout_ms=500, response_timeout_ms=200)
+    try:
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            queue.push(job())
+        assert time.monotonic() - started < 5.0, "bounded by the response timeout, not hanging"
+    finally:
+        stop.set()
+        thread.join(2)
+        queue.close()
+        for conn in accepted:
+            conn.close()
+        listener.close()
