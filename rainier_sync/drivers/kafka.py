@@ -616,12 +616,8 @@ class KafkaQueue(BaseQueue):
                 self._ready.setdefault(queue, collections.deque()).append(record)
 
     def _acquire(self, records: Sequence[_Record]) -> list[bool]:
-        """Take the leases of ``records``: in one round trip when the lock store
-        offers ``acquire_many([(key, owner), ...], ttl)``, else one by one."""
-        many = getattr(self.locks, "acquire_many", None)
-        if many is not None:
-            return list(many([(r.key, r.owner) for r in records], self.lease))
-        return [self.locks.acquire(r.key, r.owner, self.lease) for r in records]
+        """Take the leases of ``records``, in one round trip where the lock store allows."""
+        return self.locks.acquire_many([(r.key, r.owner) for r in records], self.lease)
 
     def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
         if limit <= 0:
@@ -798,11 +794,7 @@ class KafkaQueue(BaseQueue):
         with self._lock:
             now = _clock.now()
             held = [r for r in (self._holding(job) for job in as_job_list(jobs)) if r is not None]
-            many = getattr(self.locks, "renew_many", None)
-            if many is not None and held:
-                renewed = list(many([(r.key, r.owner) for r in held], ttl))
-            else:
-                renewed = [self.locks.renew(r.key, r.owner, ttl) for r in held]
+            renewed = self.locks.renew_many([(r.key, r.owner) for r in held], ttl) if held else []
             for record, ok in zip(held, renewed, strict=True):
                 if ok:
                     record.lease_until = now + ttl

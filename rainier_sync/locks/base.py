@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Sequence
 
 __all__ = ["LockStore"]
 
@@ -30,6 +31,15 @@ class LockStore(ABC):
     @abstractmethod
     def owner(self, key: str) -> str | None:
         """Who holds ``key`` now, or None."""
+
+    def acquire_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+        """:meth:`acquire` for several ``(key, owner)`` pairs, in one round trip
+        where the store allows; a result per pair, in order."""
+        return [self.acquire(key, owner, ttl) for key, owner in items]
+
+    def renew_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+        """:meth:`renew` for several ``(key, owner)`` pairs; a result per pair, in order."""
+        return [self.renew(key, owner, ttl) for key, owner in items]
 
     def close(self) -> None:
         """Release connections."""
