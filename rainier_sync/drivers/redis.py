@@ -557,6 +557,7 @@ class RedisQueue(BaseQueue):
         self._reconnect = reconnect
         self._push_lock = threading.Lock()
         self._push_conn: Any = None
+        self._pid = os.getpid()
 
     @classmethod
     def from_url(
@@ -753,6 +754,7 @@ class RedisQueue(BaseQueue):
                 args.extend((queue, band, len(part), *part))
                 count += len(part)
         calls.append(args)
+        self._after_fork()
         with self._loop_lock:
             self._redo_acks()
             conn = self._loop_connection()
@@ -767,6 +769,21 @@ class RedisQueue(BaseQueue):
                 self._redo_acks()
 
     # -- the owning loop's connection --------------------------------------------------
+    def _after_fork(self) -> None:
+        """In a child process, forget the parent's connections and listener: sharing
+        a socket across processes would interleave their replies."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._loop_conn = self._push_conn = None
+        self._sent.clear()
+        self._redo.clear()
+        self._listener = None
+        self._loop_lock = threading.RLock()
+        self._push_lock = threading.Lock()
+        self._mutex = threading.Lock()
+        self._waiters = set()
+
     def _loop_connection(self) -> Any:
         if self._loop_conn is None:
             self._loop_conn = self._client.connection_pool.get_connection()
@@ -801,6 +818,7 @@ class RedisQueue(BaseQueue):
 
     def _sync(self) -> None:
         """Confirm every acknowledgement sent so far (called before other operations, to keep order)."""
+        self._after_fork()
         if not self._sent and not self._redo:
             return
         with self._loop_lock:
@@ -817,6 +835,7 @@ class RedisQueue(BaseQueue):
         """Run ``script`` once per argument list, pipelined on the producers' own connection:
         a dispatch skips the pool's checkout (a third of its cost). A second thread
         dispatching meanwhile takes a pooled connection instead."""
+        self._after_fork()
         if not self._push_lock.acquire(blocking=False):
             self._pipelined(script, calls)
             return
@@ -856,6 +875,7 @@ class RedisQueue(BaseQueue):
 
     def _on_loop_connection(self, script: str, args: list[Any]) -> Any:
         """Run ``script`` on the loop connection, reading unread acknowledgement replies on the way."""
+        self._after_fork()
         with self._loop_lock:
             self._redo_acks()
             conn = self._loop_connection()
@@ -1055,6 +1075,7 @@ class RedisQueue(BaseQueue):
                 self._waiters.discard(waker)
 
     def _start_listener(self) -> None:
+        self._after_fork()
         if self._listener is not None or self._closed.is_set():
             return
         with self._mutex:

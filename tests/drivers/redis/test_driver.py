@@ -489,3 +489,25 @@ def test_a_server_that_never_answers_fails_a_dispatch_within_the_response_timeou
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+def test_a_forked_child_uses_connections_of_its_own(queue: RedisQueue) -> None:
+    import multiprocessing
+
+    queue.push(job("parent"))
+    assert queue.reserve(["parent"]) is not None  # the parent's connections are open now
+
+    def cycles(name: str) -> None:
+        for n in range(300):
+            queue.push(job(name, n=n))
+            got = queue.reserve([name])
+            assert got is not None and got.payload == {"n": n}, (name, n, got)
+            queue.acknowledge(got)
+
+    # both processes at once: on a shared socket they would read each other's replies
+    process = multiprocessing.get_context("fork").Process(target=cycles, args=("child",))
+    process.start()
+    cycles("parent")
+    process.join(60)
+    assert process.exitcode == 0
+    assert queue.size("child") == 0 and queue.size("parent") == 1
