@@ -119,6 +119,24 @@ class RedisLockStore(LockStore):
     def renew(self, key: str, owner: str, ttl: float) -> bool:
         return bool(self._renew(keys=[self._key(key)], args=[owner, _ttl_ms(ttl, key)]))
 
+    def acquire_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+        """Every ``SET NX PX`` in one pipelined round trip (not a transaction: each is atomic on its own)."""
+        if not items:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        for key, owner in items:
+            pipe.set(self._key(key), owner, nx=True, px=_ttl_ms(ttl, key))
+        return [bool(done) for done in pipe.execute()]
+
+    def renew_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+        """Every owner-checked renewal in one pipelined round trip."""
+        if not items:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        for key, owner in items:
+            self._renew(keys=[self._key(key)], args=[owner, _ttl_ms(ttl, key)], client=pipe)
+        return [bool(done) for done in pipe.execute()]
+
     def owner(self, key: str) -> str | None:
         value: Any = self._client.get(self._key(key))
         if value is None:

@@ -73,3 +73,22 @@ def test_bad_ttl_and_bad_url_are_refused(store: RedisLockStore) -> None:
 def test_keys_live_under_the_prefix(store: RedisLockStore, redis_client, prefix: str) -> None:
     store.acquire("job:1", "alice", 30)
     assert redis_client.get(prefix + "lock:job:1") == b"alice"
+
+
+def test_many_locks_are_taken_and_renewed_in_one_call(redis_url: str) -> None:
+    import uuid
+
+    from rainier_sync.locks import RedisLockStore
+
+    prefix = f"test:locks-many:{uuid.uuid4().hex}:"
+    store = RedisLockStore.from_url(redis_url, prefix=prefix)
+    try:
+        assert store.acquire("b", "other", 30)
+        assert store.acquire_many([("a", "me"), ("b", "me"), ("c", "me")], 30) == [True, False, True]
+        assert store.renew_many([("a", "me"), ("b", "me"), ("c", "someone")], 60) == [True, False, False]
+        assert store.owner("a") == "me" and store.owner("b") == "other"
+        assert store.acquire_many([], 30) == [] and store.renew_many([], 30) == []
+    finally:
+        for key in ("a", "b", "c"):
+            store._client.delete(prefix + key)
+        store.close()
