@@ -687,9 +687,15 @@ class DatabaseQueue(BaseQueue):
                 if waker.is_set():
                     return
                 if readable:
-                    for note in listener.notifies(timeout=0):
-                        if not note.payload or note.payload in wanted:
-                            return
+                    # libpq's own calls: never block, on every psycopg 3 release.
+                    pgconn = listener.pgconn
+                    pgconn.consume_input()
+                    relevant = False
+                    while (note := pgconn.notifies()) is not None:
+                        payload = note.extra.decode()
+                        relevant = relevant or not payload or payload in wanted
+                    if relevant:
+                        return
         except lost as exc:
             log.warning("the LISTEN connection to %s was lost (%s); it reopens on the next wait", self.url, exc)
             self._close_listener()

@@ -20,7 +20,7 @@ from rainier_sync.drivers.database import DatabaseLockStore, DatabaseQueue, Sche
 from rainier_sync.errors import ConfigurationError
 from rainier_sync.locks import DatabaseLockStore as LazyLockStore
 from rainier_sync.types import QueuedJob
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 ran: list[str] = []
 
@@ -458,3 +458,32 @@ def test_dispatch_within_a_mariadb_transaction(my_url: str) -> None:
     assert manager.connection().size() == 1
     assert once(manager).processed == 1 and ran == ["kept"] and kept is not None
     manager.close()
+
+
+def test_a_terminated_listen_connection_is_reopened_on_the_next_wait(pg_url: str) -> None:
+    import psycopg
+
+    queue = DatabaseQueue.from_url(pg_url, application_name="rainier-listen-test")
+    producer = DatabaseQueue.from_url(pg_url)
+    waker = Waker()
+    thread, took = _wait_in_thread(queue, waker)
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+
+        def terminate_the_listener() -> bool:
+            row = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                ("rainier-listen-test-listen",),
+            ).fetchone()
+            return bool(row and row[0] == 1)
+
+        wait_until(terminate_the_listener, timeout=10, message="the LISTEN connection to be terminated")
+    thread.join(10)
+    assert took and took[0] < 10, "a lost LISTEN connection ends the wait instead of sleeping through it"
+    thread, took = _wait_in_thread(queue, waker)
+    time.sleep(0.2)
+    producer.push(QueuedJob(id="wake", name="x", queue="default", payload={}, available_at=0))
+    thread.join(10)
+    assert took and took[0] < 10, "the reopened LISTEN connection wakes the next wait"
+    producer.close()
+    queue.close()
+    waker.close()
