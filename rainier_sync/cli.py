@@ -174,6 +174,9 @@ def cmd_work(args: argparse.Namespace, out: IO[str]) -> int:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
+    check_eviction_policy = getattr(driver, "check_eviction_policy", None)
+    if callable(check_eviction_policy):
+        check_eviction_policy()  # logs a warning unless Redis refuses writes rather than evicting jobs
     worker = Worker(manager, options=options)
     worker.install_signal_handlers()
     log.info(
