@@ -487,3 +487,28 @@ def test_a_terminated_listen_connection_is_reopened_on_the_next_wait(pg_url: str
     producer.close()
     queue.close()
     waker.close()
+
+
+def test_producer_threads_share_one_driver_safely(db_url: str) -> None:
+    manager = make_manager(db_url)
+    errors: list[BaseException] = []
+
+    def produce(thread: int) -> None:
+        try:
+            for n in range(100):
+                manager.dispatch(Hello(f"{thread}-{n}"))
+            manager.dispatch_many([Hello(f"{thread}-bulk-{n}") for n in range(100)])
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    queue = manager.connection()
+    assert queue.size("default") == 800
+    taken = queue.reserve_many(["default"], 1000)
+    assert len({job.payload["who"] for job in taken}) == 800
+    manager.close()
