@@ -216,6 +216,15 @@ class BaseQueue(ABC):
         become available or ``waker`` is set. The default only honours the waker."""
         waker.wait(timeout)
 
+    def announce_discarded(self, info: ExceptionInfo, raw: object) -> None:
+        """Tell listeners (``queue_message_discarded``) about a message this
+        driver could not read and moved to its failed store."""
+        from .. import signals
+
+        signals.emit(
+            signals.queue_message_discarded, self, connection=self.connection, error=info.error, exception=info, raw=raw
+        )
+
     def close(self) -> None:
         """Release connections and threads."""
 

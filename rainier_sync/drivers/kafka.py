@@ -516,8 +516,7 @@ class KafkaQueue(BaseQueue):
         raw = value.decode("utf-8", "replace") if value is not None else None
         info = ExceptionInfo.from_exception(exc)
         log.error("kafka: discarding unreadable record %s[%d]@%d: %s", topic, partition, offset, info.error)
-        signals.emit(signals.queue_message_discarded, self, connection=self.connection, error=info.error,
-                     exception=info, raw=raw)
+        self.announce_discarded(info, raw)
         failed = {
             "id": f"unreadable-{topic}-{partition}-{offset}",
             "name": "",

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .. import _clock, signals
+from .. import _clock
 from ..errors import ConfigurationError, DriverUnavailableError, PayloadError
 from ..locks.base import LockStore
 from ..types import (
@@ -734,14 +734,7 @@ class RedisQueue(BaseQueue):
             "fail", [self.prefix, _GROUP, queue, band, entry, failed_id, encode(record), _num(now)]
         )
         log.error("queue %r: discarded unreadable stream entry %s: %s", queue, entry_id, info.error)
-        signals.emit(
-            signals.queue_message_discarded,
-            self,
-            connection=self.connection,
-            error=info.error,
-            exception=info,
-            raw=raw,
-        )
+        self.announce_discarded(info, raw)
 
     @staticmethod
     def _receipt(job: QueuedJob) -> _Receipt | None:

@@ -565,14 +565,7 @@ class SqsQueue(BaseQueue):
         }
         self._send_failed(encode(entry))
         self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
-        signals.emit(
-            signals.queue_message_discarded,
-            self,
-            connection=self.connection,
-            error=info.error,
-            exception=info,
-            raw=body,
-        )
+        self.announce_discarded(info, body)
 
     def _fail_unfinished(self, job: QueuedJob, received: int) -> None:
         """A job received again after its final attempt: that attempt never
