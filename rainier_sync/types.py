@@ -46,6 +46,25 @@ class QueuedJob:
     dispatched_at: float = 0.0
     receipt: Any = field(default=None, compare=False, repr=False)
 
+    def copy(self, receipt: Any = None) -> QueuedJob:
+        """A copy holding ``receipt`` (cheaper than ``dataclasses.replace`` on a hot path)."""
+        return QueuedJob(
+            self.id,
+            self.name,
+            self.queue,
+            self.payload,
+            self.connection,
+            self.attempts,
+            self.max_attempts,
+            self.priority,
+            self.available_at,
+            self.unique_key,
+            self.unique_owner,
+            self.unique_for,
+            self.dispatched_at,
+            receipt,
+        )
+
     def to_wire(self) -> dict[str, Any]:
         """The JSON-able envelope a driver stores (everything but ``receipt``)."""
         wire: dict[str, Any] = {

@@ -15,7 +15,7 @@ import logging
 import queue as queue_module
 import signal
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -116,12 +116,6 @@ class WorkerStats:
     idles: int = 0
 
 
-@dataclass
-class _Running:
-    job: QueuedJob
-    stop_requested: threading.Event = field(default_factory=threading.Event)
-
-
 class Worker:
     """Runs jobs from one connection of a :class:`~rainier_sync.QueueManager`.
 
@@ -153,7 +147,10 @@ class Worker:
         self._waker = Waker()
         self._inbox: queue_module.SimpleQueue[tuple[QueuedJob, threading.Event] | None] = queue_module.SimpleQueue()
         self._done: collections.deque[Completion] = collections.deque()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, QueuedJob] = {}
+        # What running jobs see as context.stop_requested: one notice for all of
+        # them (set by stop()), apart from the worker's own stop flag.
+        self._stop_notice = threading.Event()
         self._unsettled: list[Completion] = []
         self._threads: list[threading.Thread] = []
         self._thread: threading.Thread | None = None
@@ -178,8 +175,7 @@ class Worker:
         if not self._stop.is_set():
             self._stopped_at = _clock.monotonic()
             self._stop.set()
-        for running in list(self._running.values()):
-            running.stop_requested.set()
+        self._stop_notice.set()
         self._waker.set()
 
     def start(self) -> threading.Thread:
@@ -305,12 +301,11 @@ class Worker:
         return self._stopped_at is not None and _clock.monotonic() - self._stopped_at >= self.options.grace
 
     def _hand_out(self, job: QueuedJob) -> None:
-        running = _Running(job)
-        self._running[job.id] = running
+        self._running[job.id] = job
         self._taken += 1
         with self._busy_lock:
             self._busy += 1
-        self._inbox.put((job, running.stop_requested))
+        self._inbox.put((job, self._stop_notice))
 
     def _settle(self) -> bool:
         """Apply finished attempts to the backend; False when the backend failed."""
@@ -342,7 +337,7 @@ class Worker:
         return True
 
     def _heartbeat(self) -> None:
-        jobs = [r.job for r in self._running.values()]
+        jobs = list(self._running.values())
         if jobs:
             self._backend("extend", self.driver.extend, jobs, self.driver.reservation)
 

@@ -72,6 +72,8 @@ class Waker:
         return self._read
 
     def set(self) -> None:
+        if self._flag:  # already awake: the common case under load, no lock needed
+            return
         with self._lock:
             if self._flag or self._closed:
                 return
@@ -85,15 +87,16 @@ class Waker:
         return self._flag
 
     def clear(self) -> None:
-        with self._lock:
-            if not self._flag:
-                return
-            self._flag = False
-            try:
-                while os.read(self._read, 512):
-                    pass
-            except BlockingIOError:
-                pass
+        """Only the waiting thread clears. Unlocked on purpose: a set() racing
+        with it leaves either the flag set (wait returns at once) or a stray
+        byte (one early wake-up), never a lost wake-up."""
+        if not self._flag:
+            return
+        self._flag = False
+        try:
+            os.read(self._read, 512)
+        except BlockingIOError:
+            pass
 
     def wait(self, timeout: float | None) -> bool:
         """Block until set or ``timeout`` seconds pass; True when set."""

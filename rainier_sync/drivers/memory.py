@@ -5,7 +5,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
@@ -39,10 +38,11 @@ class MemoryQueue(BaseQueue):
         self.reservation: float = float(reservation)
         self._mutex = threading.Lock()
         self._seq = itertools.count()
+        self._receipts = itertools.count(1)
         self._jobs: dict[str, QueuedJob] = {}
         self._ready: dict[str, list[tuple[int, float, int, str]]] = {}
         self._delayed: dict[str, list[tuple[float, int, str]]] = {}
-        self._reserved: dict[str, tuple[str, float]] = {}
+        self._reserved: dict[str, tuple[int, float]] = {}
         self._waiters: set[Waker] = set()
         self.failed: list[FailedJob] = []
         self._manager: QueueManager | None = None
@@ -99,9 +99,9 @@ class MemoryQueue(BaseQueue):
                     if job is None or job_id in self._reserved:
                         continue
                     job.attempts += 1
-                    receipt = uuid.uuid4().hex
+                    receipt = next(self._receipts)
                     self._reserved[job_id] = (receipt, now + self.reservation)
-                    taken.append(replace(job, receipt=receipt))
+                    taken.append(job.copy(receipt))
                 if len(taken) >= limit:
                     break
         return taken
