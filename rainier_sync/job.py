@@ -19,6 +19,7 @@ T = TypeVar("T")
 J = TypeVar("J", bound="Job")
 
 _DEFAULT_BACKOFF = _backoff.exponential(base=1, cap=64)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 class Job:
@@ -72,7 +73,10 @@ class Job:
                 f"{type(self).__qualname__} is not a dataclass: decorate it with @dataclass "
                 "or override to_payload() and from_payload()"
             )
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self) if f.init)
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def from_payload(cls: type[J], payload: dict[str, Any]) -> J:

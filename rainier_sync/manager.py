@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
-import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["QueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
 
 log = logging.getLogger("rainier_sync")
+
+
+def new_id() -> str:
+    """A random 128-bit id, as 32 hex digits."""
+    return os.urandom(16).hex()
 
 
 def _seconds(name: str, value: float | timedelta) -> float:
@@ -247,7 +252,7 @@ class QueueManager:
         payload, _ = job.encoded_payload()
         now = _clock.now()
         queued = QueuedJob(
-            id=uuid.uuid4().hex,
+            id=new_id(),
             name=name,
             queue=queue or job_class.QUEUE,
             payload=payload,
@@ -261,7 +266,7 @@ class QueueManager:
         unique = job.unique_id()
         if unique is not None:
             queued.unique_key = f"{name}:{unique}"
-            queued.unique_owner = uuid.uuid4().hex
+            queued.unique_owner = new_id()
             queued.unique_for = float(job_class.UNIQUE_FOR)
         return queued
 

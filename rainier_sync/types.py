@@ -12,9 +12,12 @@ from .errors import JobCrashedError, JobTimeoutError, PayloadError
 __all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "encode", "decode"]
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode(data: Any) -> str:
     """Compact JSON, refusing NaN and infinities (not JSON)."""
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(data)
 
 
 def decode(text: str | bytes) -> Any:

@@ -68,7 +68,9 @@ class MemoryQueue(BaseQueue):
         now = _clock.now()
         with self._mutex:
             for job in jobs:
-                self._enqueue(replace(job, connection=self.connection, receipt=None), now)
+                stored = job.copy()
+                stored.connection = self.connection
+                self._enqueue(stored, now)
             waiters = list(self._waiters)
         for waker in waiters:
             waker.set()
