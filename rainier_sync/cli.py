@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .drivers.base import BaseQueue
     from .manager import QueueManager
     from .types import FailedJob
+    from .worker import Worker, WorkerStats
 
 __all__ = ["main", "load_app", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
@@ -145,21 +147,43 @@ def _selected(manager: QueueManager, name: str | None) -> list[tuple[str, BaseQu
 
 
 def cmd_work(args: argparse.Namespace, out: IO[str]) -> int:
+    from .worker import Worker
+
+    stats = run_worker(
+        _manager(args),
+        args,
+        Worker,
+        registry_hint="pass --app module:attribute (or set RAINIER_APP) naming the application that registers its jobs",
+    )
+    log.info(
+        "worker stopped: %d processed, %d released, %d failed",
+        stats.processed,
+        stats.released,
+        stats.failed,
+    )
+    return EXIT_OK
+
+
+def run_worker(
+    manager: QueueManager,
+    args: argparse.Namespace,
+    worker_factory: Callable[..., Worker],
+    *,
+    registry_hint: str,
+) -> WorkerStats:
+    """The body of ``queue:work`` once a manager is at hand (``flask queue work``
+    runs it too, with a worker of its own): checks, options, signals, run."""
     from .errors import ConfigurationError
-    from .worker import Worker, WorkerOptions
+    from .worker import WorkerOptions
 
     if args.quiet:
         log.setLevel(logging.WARNING)
-    manager = _manager(args)
     driver = manager.connection(args.connection)
     name = args.connection or manager.default
     if not driver.driver.needs_a_worker():
         raise UsageError(f"connection {name!r} is {driver.driver.value}: it runs jobs inline, there is nothing to work")
     if not len(manager.registry):
-        raise UsageError(
-            "the job registry is empty, so every job would fail as unknown: pass --app module:attribute "
-            "(or set RAINIER_APP) naming the application that registers its jobs"
-        )
+        raise UsageError(f"the job registry is empty, so every job would fail as unknown: {registry_hint}")
     given = {
         "queues": args.queue,
         "once": args.once or None,
@@ -177,8 +201,9 @@ def cmd_work(args: argparse.Namespace, out: IO[str]) -> int:
     check_eviction_policy = getattr(driver, "check_eviction_policy", None)
     if callable(check_eviction_policy):
         check_eviction_policy()  # logs a warning unless Redis refuses writes rather than evicting jobs
-    worker = Worker(manager, options=options)
-    worker.install_signal_handlers()
+    worker = worker_factory(manager, options=options, connection=args.connection)
+    if threading.current_thread() is threading.main_thread():
+        worker.install_signal_handlers()
     log.info(
         "worker started: connection %s (%s), queues %s, concurrency %d%s",
         name,
@@ -187,14 +212,7 @@ def cmd_work(args: argparse.Namespace, out: IO[str]) -> int:
         options.concurrency,
         ", once" if options.once else "",
     )
-    stats = worker.run()
-    log.info(
-        "worker stopped: %d processed, %d released, %d failed",
-        stats.processed,
-        stats.released,
-        stats.failed,
-    )
-    return EXIT_OK
+    return worker.run()
 
 
 def cmd_failed(args: argparse.Namespace, out: IO[str]) -> int:

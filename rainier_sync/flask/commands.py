@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -88,55 +87,22 @@ def _fail(message: str, code: int) -> int:
 def _work(argv: list[str]) -> int:
     """``rainier-sync queue:work`` with a FlaskWorker; same options, checks and exit codes."""
     from ..errors import ConfigurationError, NoQueueConfiguredError, RainierError, UnknownConnectionError
-    from ..worker import WorkerOptions
     from . import FlaskWorker
 
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
         args = cli.build_parser().parse_args(["queue:work", *argv])
-        if args.quiet:
-            log.setLevel(logging.WARNING)
         manager = current_manager()
         if not manager.connections:
             raise NoQueueConfiguredError("no queue is configured: set QUEUE_DRIVER or RAINIER_QUEUES in app.config")
-        driver = manager.connection(args.connection)
-        name = args.connection or manager.default
-        if not driver.driver.needs_a_worker():
-            raise ConfigurationError(
-                f"connection {name!r} is {driver.driver.value}: it runs jobs inline, there is nothing to work"
-            )
-        if not len(manager.registry):
-            raise ConfigurationError(
-                "the job registry is empty, so every job would fail as unknown: register the app's jobs "
-                "(RainierSync(app, registry=...))"
-            )
-        given = {
-            "queues": args.queue,
-            "once": args.once or None,
-            "max_jobs": args.max_jobs,
-            "sleep": args.sleep,
-            "concurrency": args.concurrency,
-            "timeout": args.timeout,
-            "connection": args.connection,
-        }
-        options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
-    except SystemExit:  # --help
-        raise
+        stats = cli.run_worker(
+            manager,
+            args,
+            lambda m, **kw: FlaskWorker(app, m, **kw),
+            registry_hint="register the app's jobs (RainierSync(app, registry=...))",
+        )
     except (cli.UsageError, ConfigurationError, UnknownConnectionError, NoQueueConfiguredError) as exc:
         return _fail(str(exc), cli.EXIT_USAGE)
-    app = current_app._get_current_object()  # type: ignore[attr-defined]
-    worker = FlaskWorker(app, manager, options, connection=args.connection)
-    if threading.current_thread() is threading.main_thread():
-        worker.install_signal_handlers()
-    log.info(
-        "worker started: connection %s (%s), queues %s, concurrency %d%s",
-        name,
-        driver.driver.value,
-        ",".join(options.queues),
-        options.concurrency,
-        ", once" if options.once else "",
-    )
-    try:
-        stats = worker.run()
     except KeyboardInterrupt:
         return _fail("interrupted", cli.EXIT_INTERRUPTED)
     except RainierError as exc:
