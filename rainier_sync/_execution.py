@@ -9,10 +9,11 @@ what happens next (and runs ``failed()`` after the last attempt), and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from . import _clock, signals
 from .errors import PayloadError, UnknownJobError
@@ -43,6 +44,10 @@ class Completion:
     interrupted: bool = False
 
 
+def _no_context(queued: QueuedJob) -> ContextManager[Any]:
+    return contextlib.nullcontext()
+
+
 class Executor:
     """Runs attempts and settles them; shared by every path that runs jobs."""
 
@@ -53,11 +58,14 @@ class Executor:
         *,
         locks: LockStore | None = None,
         sender: Any = None,
+        attempt_context: Callable[[QueuedJob], ContextManager[Any]] | None = None,
     ) -> None:
         self.registry = registry
         self.container = container
         self.locks = locks
         self.sender = sender
+        #: Wraps every attempt and every failed() call (a Flask app context, say).
+        self.attempt_context = attempt_context or _no_context
 
     # -- running -------------------------------------------------------------
     def build(self, queued: QueuedJob) -> Job:
@@ -86,8 +94,9 @@ class Executor:
         job: Job | None = None
         error: BaseException | None = None
         try:
-            job = self.build(queued)
-            job.handle(context)
+            with self.attempt_context(queued):
+                job = self.build(queued)
+                job.handle(context)
         except (KeyboardInterrupt, SystemExit) as exc:
             self.container.flush_scoped()
             return Completion(queued, ABANDONED, exception=exc, interrupted=True, duration=_clock.monotonic() - started)
@@ -125,7 +134,8 @@ class Executor:
             return Completion(queued, RELEASED, delay=delay, info=info, exception=error, duration=duration)
         if job is not None:
             try:
-                job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
+                with self.attempt_context(queued):
+                    job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
             except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
                 log.exception("%s.failed() raised; ignored", type(job).__qualname__)
         return Completion(queued, FAILED, info=info, exception=error, duration=duration)

@@ -19,13 +19,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import _clock, signals
-from .._execution import Completion, Executor
 from ..config import QueueResources, boot_from_config, boot_from_env
 from ..container import Container
 from ..errors import ConfigurationError, DriverUnavailableError
+from ..job import Job
 from ..manager import QueueManager, add_instance_resolver
 from ..registry import JobRegistry
 from ..worker import Worker, WorkerOptions, WorkerStats
@@ -37,13 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "rainier_sync.flask needs Flask: pip install 'rainier_sync[flask]'"
     ) from exc
 
-if TYPE_CHECKING:
-    import threading as _threading
-
-    from ..job import Job, JobContext
-    from ..types import ExceptionInfo, QueuedJob
-
-__all__ = ["RainierSync", "FlaskWorker", "FlaskExecutor", "Throughput", "get_state", "EXTENSION_KEY"]
+__all__ = ["RainierSync", "FlaskWorker", "Throughput", "get_state", "EXTENSION_KEY"]
 
 #: The key of this extension's state in ``app.extensions``.
 EXTENSION_KEY = "rainier_sync"
@@ -163,34 +157,6 @@ add_instance_resolver(_current_manager)
 
 
 # -- running jobs inside an app context ---------------------------------------------------
-class FlaskExecutor(Executor):
-    """An executor that runs each attempt inside a fresh ``app.app_context()``,
-    ``failed()`` included."""
-
-    def __init__(self, app: Flask, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.app = app
-
-    def run(self, queued: QueuedJob, stop_requested: _threading.Event | None = None) -> Completion:
-        with self.app.app_context():
-            return super().run(queued, stop_requested)
-
-    def conclude(
-        self,
-        queued: QueuedJob,
-        job: Job | None,
-        error: BaseException | None,
-        context: JobContext | None = None,
-        duration: float = 0.0,
-        info: ExceptionInfo | None = None,
-    ) -> Completion:
-        # Timed attempts are concluded by the supervisor, outside run(): failed() still gets an app context.
-        if has_app_context():
-            return super().conclude(queued, job, error, context, duration, info)
-        with self.app.app_context():
-            return super().conclude(queued, job, error, context, duration, info)
-
-
 class FlaskWorker(Worker):
     """A :class:`~rainier_sync.Worker` whose jobs each run inside a fresh
     ``app.app_context()``: ``current_app``, ``flask.g`` (new for every job) and
@@ -212,7 +178,7 @@ class FlaskWorker(Worker):
         manager = manager if manager is not None else get_state(app).manager
         super().__init__(manager, options=options, connection=connection)
         self.app = app
-        self.executor = FlaskExecutor(app, self.registry, self.container, locks=manager.locks, sender=self)
+        self.executor.attempt_context = lambda queued: app.app_context()
 
     def run(self) -> WorkerStats:
         """Work (see :meth:`Worker.run`); the owning loop runs in an app context,
