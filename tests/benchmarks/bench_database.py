@@ -33,44 +33,18 @@ import os
 import random
 import statistics
 import tempfile
-import threading
 import time
 import urllib.parse
 import uuid
-from dataclasses import dataclass
 from typing import Callable
 
-from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from benchjobs import Noop, Probe, percentile, probe_started, started_at
+
+from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.database import DatabaseQueue
 from rainier_sync.types import QueuedJob
 
-started_at: list[float] = []
-probe_started = threading.Event()
-
-
-@dataclass
-class Noop(Job):
-    NAME = "bench.noop"
-
-    def handle(self, context: JobContext) -> None:
-        pass
-
-
-@dataclass
-class Probe(Job):
-    NAME = "bench.probe"
-
-    def handle(self, context: JobContext) -> None:
-        started_at.append(time.perf_counter())
-        probe_started.set()
-
-
 REGISTRY = JobRegistry().with_job(Noop).with_job(Probe)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
 class Target:

@@ -14,43 +14,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import threading
 import time
-from dataclasses import dataclass
 
-from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from benchjobs import Noop, Probe, percentile, probe_started, started_at
+
+from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
-
-started_at: list[float] = []
-probe_started = threading.Event()
-
-
-@dataclass
-class Noop(Job):
-    NAME = "bench.noop"
-
-    def handle(self, context: JobContext) -> None:
-        pass
-
-
-@dataclass
-class Probe(Job):
-    NAME = "bench.probe"
-
-    def handle(self, context: JobContext) -> None:
-        started_at.append(time.perf_counter())
-        probe_started.set()
 
 
 def manager() -> tuple[QueueManager, MemoryQueue]:
     queue = MemoryQueue()
-    return QueueManager({"m": queue}, registry=JobRegistry().with_job(Noop).with_job(Probe),
-                        container=Container()), queue
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return QueueManager(
+        {"m": queue}, registry=JobRegistry().with_job(Noop).with_job(Probe), container=Container()
+    ), queue
 
 
 def main() -> None:
@@ -97,8 +73,10 @@ def main() -> None:
     print(f"dispatch (one at a time): {single:,.0f} jobs/s")
     print(f"dispatch_many (1,000 per call): {bulk:,.0f} jobs/s")
     print(f"drain: {args.jobs / drain_s:,.0f} jobs/s ({drain_s:.2f} s)")
-    print(f"idle dispatch-to-start latency over {args.probes} probes: p50 {statistics.median(latencies):.3f} ms, "
-          f"p99 {percentile(latencies, 99):.3f} ms")
+    print(
+        f"idle dispatch-to-start latency over {args.probes} probes: p50 {statistics.median(latencies):.3f} ms, "
+        f"p99 {percentile(latencies, 99):.3f} ms"
+    )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -26,36 +26,16 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import boto3
+from benchjobs import Noop, Probe, probe_started, started_at
 
-from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.sqs import SqsQueue
 
-started_at: list[float] = []
-probe_started = threading.Event()
 BATCHED = {"SendMessageBatch", "DeleteMessageBatch", "ChangeMessageVisibilityBatch"}
-
-
-@dataclass
-class Noop(Job):
-    NAME = "bench.noop"
-
-    def handle(self, context: JobContext) -> None:
-        pass
-
-
-@dataclass
-class Probe(Job):
-    NAME = "bench.probe"
-
-    def handle(self, context: JobContext) -> None:
-        started_at.append(time.perf_counter())
-        probe_started.set()
 
 
 def free_port() -> int:
