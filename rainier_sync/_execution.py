@@ -44,6 +44,20 @@ class Completion:
     interrupted: bool = False
 
 
+def context_for(container: Container, queued: QueuedJob, stop_requested: threading.Event | None) -> JobContext:
+    """The context an attempt of ``queued`` runs with (in a thread or a timeout child)."""
+    return JobContext(
+        container,
+        queued.id,
+        queued.queue,
+        queued.attempts,
+        queued.max_attempts,
+        connection=queued.connection,
+        name=queued.name,
+        stop_requested=stop_requested,
+    )
+
+
 def _no_context(queued: QueuedJob) -> ContextManager[Any]:
     return contextlib.nullcontext()
 
@@ -74,16 +88,7 @@ class Executor:
         return job_class.from_payload(queued.payload)
 
     def context(self, queued: QueuedJob, stop_requested: threading.Event | None = None) -> JobContext:
-        return JobContext(
-            self.container,
-            queued.id,
-            queued.queue,
-            queued.attempts,
-            queued.max_attempts,
-            connection=queued.connection,
-            name=queued.name,
-            stop_requested=stop_requested,
-        )
+        return context_for(self.container, queued, stop_requested)
 
     def run(self, queued: QueuedJob, stop_requested: threading.Event | None = None) -> Completion:
         """Run one attempt in this thread and conclude it. Never raises, except

@@ -38,9 +38,8 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _clock, signals
-from ._execution import ABANDONED, Completion
+from ._execution import ABANDONED, Completion, context_for
 from .errors import ConfigurationError, JobCrashedError, JobTimeoutError, PayloadError, RainierError, UnknownJobError
-from .job import JobContext
 from .types import ExceptionInfo, QueuedJob, decode, encode
 
 if TYPE_CHECKING:
@@ -781,16 +780,7 @@ def _child_attempt(
         queued = QueuedJob.from_wire(message["job"], connection=str(message.get("connection", "default")))
         job_class = registry.get(queued.name)
         job = job_class.from_payload(queued.payload)
-        context = JobContext(
-            container,
-            queued.id,
-            queued.queue,
-            queued.attempts,
-            queued.max_attempts,
-            connection=queued.connection,
-            name=queued.name,
-            stop_requested=stop_requested,
-        )
+        context = context_for(container, queued, stop_requested)
         memory = getattr(job_class, "MEMORY_LIMIT", None)
         if memory is not None and resource is not None:
             if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
