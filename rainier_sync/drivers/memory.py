@@ -180,25 +180,24 @@ class MemoryQueue(BaseQueue):
     def failed_count(self) -> int:
         return len(self.failed)
 
-    def retry_failed(self, id: str) -> bool:
+    def _take_failed(self, id: str) -> FailedJob | None:
+        """Remove and return a failed job; newest first, as ``retry all`` walks them."""
         with self._mutex:
-            for index, failed in enumerate(self.failed):
-                if failed.id == id:
-                    del self.failed[index]
-                    break
-            else:
-                return False
+            for index in range(len(self.failed) - 1, -1, -1):
+                if self.failed[index].id == id:
+                    return self.failed.pop(index)
+        return None
+
+    def retry_failed(self, id: str) -> bool:
+        failed = self._take_failed(id)
+        if failed is None:
+            return False
         job = failed.job or QueuedJob(id=failed.id, name=failed.name, queue=failed.queue, payload=failed.payload)
         self.push(replace(job, attempts=0, available_at=_clock.now()))
         return True
 
     def forget_failed(self, id: str) -> bool:
-        with self._mutex:
-            for index, failed in enumerate(self.failed):
-                if failed.id == id:
-                    del self.failed[index]
-                    return True
-        return False
+        return self._take_failed(id) is not None
 
     # -- inspection --------------------------------------------------------------
     @property
