@@ -559,7 +559,9 @@ class RedisQueue(BaseQueue):
         self._mutex = threading.Lock()
         self._waiters: set[Waker] = set()
         self._wake_seq = 0
-        self._seen_seq = 0
+        # per owning loop (thread): two workers on one driver must not consume
+        # each other's notifications
+        self._seen = threading.local()
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
         self._streams_read: set[tuple[str, bytes]] = set()
@@ -681,7 +683,7 @@ class RedisQueue(BaseQueue):
         if limit <= 0 or not queues:
             return []
         now = _clock.now()
-        self._seen_seq = self._wake_seq
+        self._seen.seq = self._wake_seq
         args = [
             self.prefix,
             _GROUP,
@@ -768,13 +770,17 @@ class RedisQueue(BaseQueue):
         self._after_fork()
         with self._loop_lock:
             self._redo_acks()
-            conn = self._loop_connection()
+            unsent = collections.deque(calls)
             try:
-                for args in calls:
-                    conn.send_command("EVALSHA", self._scripts["ack"].sha, 0, *args)
-                    self._sent.append(args)
+                conn = self._loop_connection()
+                while unsent:
+                    # EVAL, not EVALSHA: a reply nobody may read before the process
+                    # exits must not be NOSCRIPT (a fresh server, a failover, SCRIPT FLUSH)
+                    conn.send_command("EVAL", _ACK, 0, *unsent[0])
+                    self._sent.append(unsent.popleft())
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self._loop_broken()
+                self._redo.extend(unsent)  # never sent, or only in part: send them again too
                 if not self._reconnect:
                     raise
                 self._redo_acks()
@@ -857,19 +863,26 @@ class RedisQueue(BaseQueue):
             else:
                 _drop_if_closed(conn)
             again: list[list[Any]] = []
+            error: redis.ResponseError | None = None
             try:
                 for args in calls:
                     conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args)
                 for args in calls:
+                    # every reply is read, also after an error: one left unread would
+                    # be taken by the next dispatch on this connection as its own
                     try:
                         conn.read_response()
                     except redis.exceptions.NoScriptError:
                         again.append(args)
+                    except redis.ResponseError as exc:
+                        error = error or exc
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 conn.disconnect()
                 if not self._reconnect:
                     raise
-                again = calls  # the ordinary way retries; a push that got through is stored twice
+                again, error = calls, None  # the ordinary way retries; a push that got through is stored twice
+            if error is not None:
+                raise error
             if again:
                 self._pipelined(script, again)
         finally:
@@ -1070,7 +1083,7 @@ class RedisQueue(BaseQueue):
         self._start_listener()
         with self._mutex:
             self._waiters.add(waker)
-            notified = self._wake_seq != self._seen_seq
+            notified = self._wake_seq != getattr(self._seen, "seq", -1)
         try:
             if notified:
                 return

@@ -308,6 +308,29 @@ def test_an_idle_wait_returns_when_the_waker_is_set(queue: RedisQueue) -> None:
         waker.close()
 
 
+def test_two_loops_on_one_queue_do_not_take_each_others_wake_up(make) -> None:  # type: ignore[no-untyped-def]
+    # two workers (two owning loops) on one connection: a reserve by one must not
+    # mark the notification the other was owed as seen
+    worker_side, producer = make(), make()
+    waker = Waker()
+    try:
+        assert worker_side.reserve_many(["a"], 1) == []
+        worker_side.wait_for_jobs(["a"], 0.3, waker)  # subscribes
+        assert worker_side.reserve_many(["a"], 1) == []  # loop A looks: nothing
+        seq = worker_side._wake_seq
+        producer.push(job("a"))
+        wait_until(lambda: worker_side._wake_seq > seq, timeout=5, message="the push's notification")
+        other = threading.Thread(target=lambda: worker_side.reserve_many(["b"], 1))  # loop B looks at its queue
+        other.start()
+        other.join()
+        waker.clear()
+        started = time.monotonic()
+        worker_side.wait_for_jobs(["a"], 3.0, waker)  # loop A idles
+        assert time.monotonic() - started < 1.5, "loop A slept through the push it was notified of"
+    finally:
+        waker.close()
+
+
 # -- configuration ----------------------------------------------------------------------
 
 
@@ -511,3 +534,54 @@ def test_a_forked_child_uses_connections_of_its_own(queue: RedisQueue) -> None:
     process.join(60)
     assert process.exitcode == 0
     assert queue.size("child") == 0 and queue.size("parent") == 1
+
+
+def test_an_acknowledgement_needs_no_cached_script_even_when_its_reply_is_never_read(
+    redis_url: str, redis_client, prefix: str
+) -> None:
+    # a once run ends right after the reserve that reads the last acknowledgement's
+    # reply; on a server without the script cached (fresh, failed over, SCRIPT FLUSH)
+    # that reply was NOSCRIPT, and with no close() the job stayed reserved to run again
+    from rainier_sync import QueueManager
+
+    queue = RedisQueue.from_url(redis_url, prefix=prefix, reservation=30)
+    queue._scripts["ack"].sha = "0" * 40
+    manager = QueueManager({"redis": queue}, registry=jobs.registry(), container=jobs.container(redis_url))
+    try:
+        manager.dispatch(jobs.Record(prefix, 1))
+        stats = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=1, once=True)).run()
+        assert stats.processed == 1
+        assert redis_client.zcard(prefix + "default:reserved") == 0, "the job is still reserved after the run"
+        assert redis_client.xpending(stream(prefix), "rainier")["pending"] == 0
+    finally:
+        manager.close()
+
+
+def test_an_acknowledgement_whose_send_fails_is_sent_again(make, redis_client, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    queue = make(reservation=30, reconnect=True)
+    queue.push_many([job(), job()])
+    first, second = queue.reserve_many(["default"], 2)
+    queue.acknowledge_many([first])  # sent; its reply is read later
+    conn = queue._loop_conn
+
+    def broken(*args: object, **kwargs: object) -> None:
+        del conn.send_command  # once: the connection goes back to the pool
+        raise redis.ConnectionError("Error 32 while writing to socket. Broken pipe.")
+
+    conn.send_command = broken  # the peer reset the loop connection
+    queue.acknowledge_many([second])  # with reconnect: sent again on a new connection
+    assert queue.size("default") == 0, "the acknowledgement that could not be sent was dropped"
+    assert redis_client.zcard(prefix + "default:reserved") == 0
+
+
+def test_an_error_in_a_bulk_push_leaves_no_reply_for_the_next_dispatch(
+    queue: RedisQueue, redis_client, prefix: str
+) -> None:
+    redis_client.set(prefix + "bad:ready:0", "not a stream")  # every XADD on queue "bad" fails
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        queue.push_many([job("bad")] + [job("good", blob="x" * 1000) for _ in range(1999)])
+    assert queue._push_conn is not None
+    assert not queue._push_conn.can_read(timeout=0.5), "a later chunk's reply is left on the producers' connection"
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        queue.push(job("bad"))  # its own error, not a stale success
+    assert queue.size("good") == 1000, "the chunk after the failed one is stored, and said so"
