@@ -24,6 +24,9 @@ T = TypeVar("T")
 
 _CLAIM_PATHS = ("skip_locked", "optimistic")
 _COLUMNS = "seq, id, queue, name, body, attempts, priority, available_at"
+#: The most a MariaDB/MySQL TEXT column holds, and what marks an error cut to fit it.
+_MYSQL_TEXT_BYTES = 65_535
+_CUT = " … (cut to fit the error column; the exception holds all of it)".encode()
 
 
 def _missing_table(exc: BaseException) -> bool:
@@ -208,9 +211,13 @@ class DatabaseQueue(BaseQueue):
         self._consumer_lock = threading.Lock()
         self._consumer_init = () if synchronous_commit else ("SET synchronous_commit TO off",)
         self._sql = self._backend.sql
-        self._waiters: set[Waker] = set()
+        #: Each idle wait's waker and the queues it waits for.
+        self._waiters: dict[Waker, frozenset[str]] = {}
         self._waiters_lock = threading.Lock()
         self._listener: Any = None
+        #: Serialises opening the LISTEN connection and reading its notifications:
+        #: several workers in one process may wait on this driver at once.
+        self._listen_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, reservation: float = 90, **options: Any) -> DatabaseQueue:
@@ -445,7 +452,16 @@ class DatabaseQueue(BaseQueue):
             cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE seq = %s AND token = %s"), (seq, token))
             cursor.execute(
                 self._sql(self._sql.upsert_failed()),
-                (job_id, queue, name, raw, info.error, encode(info.to_dict()), int(attempts), failed_at),
+                (
+                    job_id,
+                    queue,
+                    name,
+                    raw,
+                    self._error_column(info.error),
+                    encode(info.to_dict()),
+                    int(attempts),
+                    failed_at,
+                ),
             )
 
         self._worker.transaction(move)
@@ -501,9 +517,19 @@ class DatabaseQueue(BaseQueue):
         failed_at = _clock.now()
         stored = replace_connection(job, self.connection)
         where, params = self._held([job])
+        if isinstance(job.receipt, tuple):
+            # Ours, or lapsed and reclaimed but not claimed again: the attempt that
+            # just failed was its last, so it leaves the jobs table either way.
+            where = "seq = %s AND (token = %s OR reserved_at IS NULL)"
+            params = list(job.receipt)
 
         def move(cursor: Any) -> None:
             cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE {where}"), tuple(params))
+            if cursor.rowcount == 0:
+                # Another worker claimed it again after our reservation lapsed (or it
+                # is gone): its run decides; a failed copy here would let a retry
+                # queue the job twice.
+                return
             cursor.execute(
                 self._sql(self._sql.upsert_failed()),
                 (
@@ -511,7 +537,7 @@ class DatabaseQueue(BaseQueue):
                     job.queue,
                     job.name,
                     stored.encode(),
-                    info.error,
+                    self._error_column(info.error),
                     encode(info.to_dict()),
                     job.attempts,
                     failed_at,
@@ -520,6 +546,20 @@ class DatabaseQueue(BaseQueue):
 
         self._worker.transaction(move)
         return FailedJob.of(stored, info, failed_at)
+
+    def _error_column(self, error: str) -> str:
+        """The error string as the failed store's ``error`` column can hold it.
+
+        MariaDB/MySQL's ``TEXT`` holds 65,535 bytes and refuses more, which would
+        make every attempt to fail the job raise, so a longer message is cut there
+        (the whole one stays in the ``exception`` column).
+        """
+        if self.dialect != MYSQL:
+            return error
+        data = error.encode("utf-8")
+        if len(data) <= _MYSQL_TEXT_BYTES:
+            return error
+        return data[: _MYSQL_TEXT_BYTES - len(_CUT)].decode("utf-8", errors="ignore") + _CUT.decode()
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         held = as_job_list(jobs)
@@ -647,7 +687,7 @@ class DatabaseQueue(BaseQueue):
         # Start listening (or note SQLite's data version) before looking for the
         # soonest job, so a dispatch between the two is seen by one or the other.
         with self._waiters_lock:
-            self._waiters.add(waker)
+            self._waiters[waker] = frozenset(queues)
         try:
             listener = version = None
             if self.dialect == POSTGRESQL:
@@ -665,19 +705,19 @@ class DatabaseQueue(BaseQueue):
                 self._wait_polling(version, timeout, waker)
         finally:
             with self._waiters_lock:
-                self._waiters.discard(waker)
+                self._waiters.pop(waker, None)
 
     def _listen(self) -> Any:
-        if self._listener is None or self._listener.closed:
-            conn = connect(self._backend.target, application_name=self._backend.db.application_name + "-listen")
-            conn.execute(f"LISTEN {CHANNEL}")
-            self._listener = conn
-        return self._listener
+        with self._listen_lock:
+            if self._listener is None or self._listener.closed:
+                conn = connect(self._backend.target, application_name=self._backend.db.application_name + "-listen")
+                conn.execute(f"LISTEN {CHANNEL}")
+                self._listener = conn
+            return self._listener
 
     def _wait_notified(self, listener: Any, queues: Sequence[str], timeout: float, waker: Waker) -> None:
         lost = self._backend.db._lost
         deadline = _clock.monotonic() + timeout
-        wanted = set(queues)
         try:
             while True:
                 remaining = deadline - _clock.monotonic()
@@ -687,18 +727,20 @@ class DatabaseQueue(BaseQueue):
                 if waker.is_set():
                     return
                 if readable:
-                    # libpq's own calls: never block, on every psycopg 3 release.
-                    pgconn = listener.pgconn
-                    pgconn.consume_input()
-                    relevant = False
-                    while (note := pgconn.notifies()) is not None:
-                        payload = note.extra.decode()
-                        relevant = relevant or not payload or payload in wanted
-                    if relevant:
-                        return
+                    # One thread reads the notifications and wakes every wait they
+                    # concern, its own or another worker's on this driver.
+                    with self._listen_lock:
+                        # libpq's own calls: never block, on every psycopg 3 release.
+                        pgconn = listener.pgconn
+                        pgconn.consume_input()
+                        payloads = set()
+                        while (note := pgconn.notifies()) is not None:
+                            payloads.add(note.extra.decode())
+                    if payloads:
+                        self._wake_waiting_on(payloads)
         except lost as exc:
             log.warning("the LISTEN connection to %s was lost (%s); it reopens on the next wait", self.url, exc)
-            self._close_listener()
+            self._close_listener(listener)
         except (OSError, ValueError):  # the waker was closed under us: a stop
             return
 
@@ -720,8 +762,19 @@ class DatabaseQueue(BaseQueue):
         rows = self._worker.query(f"SELECT max(seq) FROM {JOBS}")
         return rows[0][0] if rows else None
 
-    def _close_listener(self) -> None:
-        listener, self._listener = self._listener, None
+    def _wake_waiting_on(self, payloads: set[str]) -> None:
+        """Wake the waits for any of these queues (an empty payload wakes every wait)."""
+        with self._waiters_lock:
+            wake = [w for w, queues in self._waiters.items() if "" in payloads or not payloads.isdisjoint(queues)]
+        for waker in wake:
+            waker.set()
+
+    def _close_listener(self, only: Any = None) -> None:
+        """Close the LISTEN connection (``only``: if it is still that one, not a newer one)."""
+        with self._listen_lock:
+            if only is not None and self._listener is not only:
+                return
+            listener, self._listener = self._listener, None
         if listener is not None:
             try:
                 listener.close()

@@ -7,6 +7,7 @@ import socket
 import sqlite3
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,43 @@ def test_extend_renews_every_running_job_in_one_statement(sqlite_url: str) -> No
         queue.close()
 
 
+def test_failing_a_job_whose_reservation_lapsed_does_not_leave_a_second_copy(db_url: str) -> None:
+    with freeze_time("2026-05-01 09:00:00") as frozen:
+        queue = DatabaseQueue.from_url(db_url, reservation=10)
+        queue.push(QueuedJob(id="lapsed", name="x", queue="default", payload={}, available_at=0))
+        queue.push(QueuedJob(id="taken", name="x", queue="default", payload={}, available_at=0))
+        first, second = queue.reserve_many(["default"], 2)
+        frozen.tick(11)  # the worker stopped beating: both reservations lapse
+        assert queue.reclaim_expired() == 2
+        again = queue.reserve(["default"])  # another worker claims one of them again
+        assert again is not None
+        mine = first if again.id == second.id else second
+        theirs = second if mine is first else first
+        queue.fail(mine, "its last attempt failed")  # reclaimed, not claimed again: out of the jobs table
+        queue.fail(theirs, "its last attempt failed")  # claimed again: that worker's run decides
+        assert queue.size("default") == 1, "only the job another worker holds is still queued"
+        assert [f.id for f in queue.failed_jobs()] == [mine.id]
+        assert queue.retry_failed(mine.id) is True
+        assert queue.size("default") == 2, "a retry queues one copy of each job, not two"
+        queue.close()
+
+
+def test_an_error_longer_than_a_mariadb_text_column_still_fails_the_job(my_url: str) -> None:
+    # MariaDB's TEXT refuses more than 65,535 bytes: fail() raised, and the worker
+    # retried that settle forever, never reserving another job.
+    queue = DatabaseQueue.from_url(my_url)
+    queue.push(QueuedJob(id="loud", name="x", queue="default", payload={}, available_at=0))
+    held = queue.reserve(["default"])
+    assert held is not None
+    queue.fail(held, RuntimeError("upstream said: " + "é" * 40_000))
+    assert queue.size() == 0
+    (failed,) = queue.failed_jobs()
+    assert failed.error.startswith("RuntimeError: upstream said: ééé")
+    assert len(failed.error.encode()) <= 65_535
+    assert failed.exception.message.endswith("é" * 40_000), "the exception keeps the whole message"
+    queue.close()
+
+
 # -- locks and unique jobs -------------------------------------------------------------------------
 
 
@@ -376,6 +414,36 @@ def test_an_idle_wait_ends_when_another_process_dispatches(dialect: str, request
     producer.close()
     worker_side.close()
     waker.close()
+
+
+def test_two_workers_waiting_on_one_postgres_driver_each_wake_for_their_own_queue(pg_url: str) -> None:
+    # Two workers of one process share the manager's driver, and so its LISTEN
+    # connection; the one waiting on "a" must not read and drop the wake-up for "b".
+    shared = DatabaseQueue.from_url(pg_url)
+    producer = DatabaseQueue.from_url(pg_url)  # another process, in effect
+    for round_ in range(8):
+        took: dict[str, float] = {}
+        on_a, on_b = Waker(), Waker()
+
+        def wait(name: str, waker: Waker, took: dict[str, float]) -> None:
+            started = time.monotonic()
+            shared.wait_for_jobs([name], 5.0, waker)
+            took[name] = time.monotonic() - started
+
+        threads = [threading.Thread(target=wait, args=(name, w, took)) for name, w in (("a", on_a), ("b", on_b))]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.2)
+        producer.push(QueuedJob(id=f"b{round_}", name="x", queue="b", payload={}, available_at=0))
+        threads[1].join(10)
+        on_a.set()
+        threads[0].join(10)
+        assert took["b"] < 4, f"round {round_}: the wait on 'b' slept through a dispatch to 'b'"
+        producer._backend.execute("DELETE FROM rainier_jobs")
+        on_a.close()
+        on_b.close()
+    producer.close()
+    shared.close()
 
 
 def test_an_idle_wait_ends_on_the_waker(sqlite_url: str) -> None:
@@ -463,7 +531,10 @@ def test_dispatch_within_a_mariadb_transaction(my_url: str) -> None:
 def test_a_terminated_listen_connection_is_reopened_on_the_next_wait(pg_url: str) -> None:
     import psycopg
 
-    queue = DatabaseQueue.from_url(pg_url, application_name="rainier-listen-test")
+    # A name of this test's own: another session's run of it on the same server must not
+    # have its listener counted (and terminated) here.
+    name = f"rainier-listen-test-{uuid.uuid4().hex[:8]}"
+    queue = DatabaseQueue.from_url(pg_url, application_name=name)
     producer = DatabaseQueue.from_url(pg_url)
     waker = Waker()
     thread, took = _wait_in_thread(queue, waker)
@@ -472,7 +543,7 @@ def test_a_terminated_listen_connection_is_reopened_on_the_next_wait(pg_url: str
         def terminate_the_listener() -> bool:
             row = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
-                ("rainier-listen-test-listen",),
+                (f"{name}-listen",),
             ).fetchone()
             return bool(row and row[0] == 1)
 
