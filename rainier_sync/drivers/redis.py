@@ -288,8 +288,14 @@ for i = 8, #ARGV do
           else
             out[#out + 1] = q .. '\\n' .. band .. '\\n' .. e[1] .. '\\n' .. a .. '\\n-'
           end
+          -- in slices: unpack() stops near 8000 values, and an error here would leave
+          -- the entries just read pending with no reservation on record
+          if #deadlines >= 1000 then
+            redis.call('ZADD', base .. 'reserved', unpack(deadlines))
+            deadlines = {}
+          end
         end
-        if #entries > 0 then
+        if #deadlines > 0 then
           redis.call('ZADD', base .. 'reserved', unpack(deadlines))
         end
         left = left - #entries

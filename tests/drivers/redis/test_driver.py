@@ -585,3 +585,14 @@ def test_an_error_in_a_bulk_push_leaves_no_reply_for_the_next_dispatch(
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         queue.push(job("bad"))  # its own error, not a stale success
     assert queue.size("good") == 1000, "the chunk after the failed one is stored, and said so"
+
+
+def test_a_reserve_of_thousands_records_every_reservation(queue: RedisQueue, redis_client, prefix: str) -> None:
+    # Lua's unpack() stops near 8000 values: one ZADD of every deadline failed the
+    # script after XREADGROUP had already taken the entries
+    queue.push_many([job() for _ in range(4500)])
+    got = queue.reserve_many(["default"], 4500)
+    assert len(got) == 4500
+    assert redis_client.zcard(prefix + "default:reserved") == 4500
+    queue.acknowledge_many(got)
+    assert queue.size("default") == 0
