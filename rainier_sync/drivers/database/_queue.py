@@ -504,13 +504,18 @@ class DatabaseQueue(BaseQueue):
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         available_at = _clock.now() + max(0.0, float(delay))
         where, params = self._held([job])
-        self._worker.execute(
+        update = (
             f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL, available_at = %s "
-            f"WHERE {where}",
-            [available_at, *params],
+            f"WHERE {where}"
         )
-        if delay <= 0:
-            self._wake_local()
+        if self.dialect == POSTGRESQL:
+            # Idle workers in other processes looked for the soonest job while this
+            # one was reserved: tell them, on commit, so they wake when it is due.
+            update = f"WITH r AS ({update} RETURNING queue) SELECT pg_notify('{CHANNEL}', queue) FROM r"
+            self._worker.query(update, [available_at, *params])
+        else:
+            self._worker.execute(update, [available_at, *params])
+        self._wake_local()  # a delayed one too: a waiting worker then sleeps until it is due
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         info = as_exception_info(error)

@@ -446,6 +446,31 @@ def test_two_workers_waiting_on_one_postgres_driver_each_wake_for_their_own_queu
     shared.close()
 
 
+@pytest.mark.parametrize("delay", [0, 1])
+def test_an_idle_postgres_wait_ends_when_another_process_releases_a_job(pg_url: str, delay: int) -> None:
+    # The released job was reserved when the wait looked for the soonest job, so
+    # only a notification tells the idle worker it is (or soon will be) due.
+    worker_side = DatabaseQueue.from_url(pg_url)
+    other = DatabaseQueue.from_url(pg_url)  # another worker process
+    other.push(QueuedJob(id="retry-me", name="x", queue="default", payload={}, available_at=0))
+    held = other.reserve(["default"])
+    assert held is not None
+    waker = Waker()
+    thread, took = _wait_in_thread(worker_side, waker)
+    time.sleep(0.2)
+    other.release(held, delay)
+    thread.join(10)
+    if took and took[0] < delay + 5:
+        # A delayed release ends the wait so it can sleep until the job is due.
+        thread, took = _wait_in_thread(worker_side, waker)
+        thread.join(10)
+    assert took and took[0] < delay + 5, "the wait should end when the released job is due, not at its 20 s timeout"
+    wait_until(lambda: worker_side.reserve(["default"]) is not None, timeout=5, message="the released job to be due")
+    other.close()
+    worker_side.close()
+    waker.close()
+
+
 def test_an_idle_wait_ends_on_the_waker(sqlite_url: str) -> None:
     queue = DatabaseQueue.from_url(sqlite_url)
     waker = Waker()
