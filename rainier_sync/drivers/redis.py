@@ -346,11 +346,16 @@ return 1
 """
 )
 
-# ARGV: prefix, group, queue, band, id, failed_id, record, failed_at
+# ARGV: prefix, group, queue, band, id, failed_id, record, failed_at, held
+# With ``held`` = '1', only a reservation still on record is failed: one that lapsed
+# and was put back is the requeued job's to decide, and a failed copy beside it
+# would let a retry queue the job twice.
 _FAIL = """
 local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local base = P .. q .. ':'
-redis.call('ZREM', base .. 'reserved', band .. '|' .. id)
+if redis.call('ZREM', base .. 'reserved', band .. '|' .. id) == 0 and ARGV[9] == '1' then
+  return 0
+end
 redis.call('XACK', base .. 'ready:' .. band, group, id)
 redis.call('XDEL', base .. 'ready:' .. band, id)
 redis.call('HSET', P .. 'failed', ARGV[6], ARGV[7])
@@ -739,7 +744,7 @@ class RedisQueue(BaseQueue):
             "failed_at": now,
         }
         self._on_loop_connection(
-            "fail", [self.prefix, _GROUP, queue, band, entry, failed_id, encode(record), _num(now)]
+            "fail", [self.prefix, _GROUP, queue, band, entry, failed_id, encode(record), _num(now), "0"]
         )
         log.error("queue %r: discarded unreadable stream entry %s: %s", queue, entry_id, info.error)
         self.announce_discarded(info, raw)
@@ -952,7 +957,10 @@ class RedisQueue(BaseQueue):
         record = {"job": job.to_wire(), "error": info.error, "exception": info.to_dict(), "failed_at": now}
         receipt = self._receipt(job)
         queue, band, entry = (receipt.queue, receipt.band, receipt.entry) if receipt else (job.queue, b"0", b"0-0")
-        self._on_loop_connection("fail", [self.prefix, _GROUP, queue, band, entry, job.id, encode(record), _num(now)])
+        held = "1" if receipt else "0"
+        self._on_loop_connection(
+            "fail", [self.prefix, _GROUP, queue, band, entry, job.id, encode(record), _num(now), held]
+        )
         return failed
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:

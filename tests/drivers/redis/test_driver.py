@@ -596,3 +596,23 @@ def test_a_reserve_of_thousands_records_every_reservation(queue: RedisQueue, red
     assert redis_client.zcard(prefix + "default:reserved") == 4500
     queue.acknowledge_many(got)
     assert queue.size("default") == 0
+
+
+def test_a_fail_by_a_worker_whose_reservation_was_reclaimed_leaves_no_failed_copy(redis_url: str, prefix: str) -> None:
+    with freeze_time("2026-03-01 12:00:00") as frozen:
+        queue = RedisQueue.from_url(redis_url, prefix=prefix, reservation=30)
+        try:
+            queue.push(job())
+            stale = queue.reserve(["default"])
+            assert stale is not None
+            frozen.tick(31)
+            assert queue.reclaim_expired() == 1
+            queue.fail(stale, "boom")  # the stale worker's attempt failed after all
+            assert queue.failed_count() == 0, "a failed copy beside the requeued job"
+            assert queue.size("default") == 1
+            again = queue.reserve(["default"])
+            assert again is not None and again.id == stale.id
+            queue.fail(again, "boom")  # the holder's own fail still moves it
+            assert queue.failed_count() == 1 and queue.size("default") == 0
+        finally:
+            queue.close()
