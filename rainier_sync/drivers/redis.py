@@ -719,7 +719,16 @@ class RedisQueue(BaseQueue):
                     raise PayloadError(f"the stream entry's attempts field is not a count: {attempts!r}")
                 job = QueuedJob.decode(body, connection=connection, receipt=_Receipt(queue, band, entry, body))
             except PayloadError as exc:
-                self._discard(queue, band, entry, exc)
+                try:
+                    self._discard(queue, band, entry, exc)
+                except Exception as error:  # noqa: BLE001 - the jobs reserved with it must still be handed out
+                    log.error(
+                        "queue %r: could not move unreadable stream entry %s to the failed store (%s); "
+                        "it is looked at again when its reservation lapses",
+                        queue,
+                        entry.decode(),
+                        error,
+                    )
                 continue
             job.attempts = int(attempts) + 1
             if (queue, band) not in self._streams_read:

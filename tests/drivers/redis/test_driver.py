@@ -616,3 +616,18 @@ def test_a_fail_by_a_worker_whose_reservation_was_reclaimed_leaves_no_failed_cop
             assert queue.failed_count() == 1 and queue.size("default") == 0
         finally:
             queue.close()
+
+
+def test_a_discard_that_fails_does_not_strand_the_jobs_reserved_with_it(
+    queue: RedisQueue, redis_client, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue.push(job())
+    redis_client.xadd(stream(prefix), {"j": "{not json", "a": "0"})
+    queue.push(job(marker="after"))
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise redis.ConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(queue._client, "xrange", down)  # moving the bad entry aside fails
+    got = queue.reserve_many(["default"], 10)
+    assert [j.payload for j in got] == [{"x": 1}, {"marker": "after"}], "reserved, and handed out"
