@@ -347,12 +347,25 @@ class DatabaseQueue(BaseQueue):
             want = limit - len(taken)
             if want <= 0:
                 break
-            if self.claim == "skip_locked":
-                rows = self._claim_skip_locked(queue, want)
-            elif self.dialect == SQLITE:
-                rows = self._claim_sqlite(queue, want)
-            else:
-                rows = self._claim_optimistic(queue, want)
+            try:
+                if self.claim == "skip_locked":
+                    rows = self._claim_skip_locked(queue, want)
+                elif self.dialect == SQLITE:
+                    rows = self._claim_sqlite(queue, want)
+                else:
+                    rows = self._claim_optimistic(queue, want)
+            except Exception:
+                if not taken:
+                    raise
+                # What is claimed is reserved to us: hand it out rather than leave
+                # it to wait out its reservation with nobody running it.
+                log.warning(
+                    "claiming jobs on queue %r failed; handing out the %d already claimed",
+                    queue,
+                    len(taken),
+                    exc_info=True,
+                )
+                break
             rows.sort(key=lambda row: (row[6], row[7], row[0]))
             taken.extend(self._decode_claimed(rows))
         return taken
@@ -387,37 +400,44 @@ class DatabaseQueue(BaseQueue):
         conditional UPDATE; a candidate another worker took is simply not ours."""
         claimed: list[tuple[Any, ...]] = []
         for _ in range(5):
-            want = limit - len(claimed)
-            now = _clock.now()
-            candidates = [
-                row[0]
-                for row in self._worker.query(
-                    f"SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
-                    "ORDER BY priority, available_at, seq LIMIT %s",
-                    (queue, now, want),
-                )
-            ]
-            if not candidates:
-                break
-            token = uuid.uuid4().hex
-            marks = self._sql.marks(len(candidates))
-            update = (
-                f"UPDATE {JOBS} SET reserved_at = %s, reserved_until = %s, token = %s, attempts = attempts + 1 "
-                f"WHERE seq IN ({marks}) AND reserved_at IS NULL"
-            )
-            params = (now, now + self.reservation, token, *candidates)
-            if self.dialect == MYSQL:
-                won = self._worker.execute(update, params)
-                rows = (
-                    self._worker.query(
-                        f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE seq IN ({marks}) AND token = %s",
-                        (*candidates, token),
+            try:
+                want = limit - len(claimed)
+                now = _clock.now()
+                candidates = [
+                    row[0]
+                    for row in self._worker.query(
+                        f"SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
+                        "ORDER BY priority, available_at, seq LIMIT %s",
+                        (queue, now, want),
                     )
-                    if won
-                    else []
+                ]
+                if not candidates:
+                    break
+                token = uuid.uuid4().hex
+                marks = self._sql.marks(len(candidates))
+                update = (
+                    f"UPDATE {JOBS} SET reserved_at = %s, reserved_until = %s, token = %s, attempts = attempts + 1 "
+                    f"WHERE seq IN ({marks}) AND reserved_at IS NULL"
                 )
-            else:
-                rows = self._worker.query(update + f" RETURNING {_COLUMNS}, token", params)
+                params = (now, now + self.reservation, token, *candidates)
+                if self.dialect == MYSQL:
+                    won = self._worker.execute(update, params)
+                    rows = (
+                        self._worker.query(
+                            f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE seq IN ({marks}) AND token = %s",
+                            (*candidates, token),
+                        )
+                        if won
+                        else []
+                    )
+                else:
+                    rows = self._worker.query(update + f" RETURNING {_COLUMNS}, token", params)
+            except Exception:
+                if not claimed:
+                    raise
+                # The rows of earlier rounds are reserved to us: hand them out.
+                log.warning("claiming more jobs on queue %r failed; handing out those claimed", queue, exc_info=True)
+                break
             claimed.extend(rows)
             if len(claimed) >= limit or len(candidates) < want:
                 break
@@ -429,7 +449,10 @@ class DatabaseQueue(BaseQueue):
             try:
                 job = QueuedJob.decode(body, connection=self.connection, receipt=(int(seq), token))
             except PayloadError as exc:
-                self._discard(int(seq), job_id, queue, name, body, attempts, token, exc)
+                try:
+                    self._discard(int(seq), job_id, queue, name, body, attempts, token, exc)
+                except Exception:  # noqa: BLE001 - it stays reserved, lapses, and is moved on a later claim
+                    log.warning("could not move unreadable job %s to the failed store", job_id, exc_info=True)
                 continue
             job.id = job_id
             job.queue = queue

@@ -348,6 +348,78 @@ def test_an_error_longer_than_a_mariadb_text_column_still_fails_the_job(my_url: 
     queue.close()
 
 
+def test_jobs_claimed_before_a_later_claim_fails_are_handed_out(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The claim on "high" succeeds, the one on "default" fails (SQLite busy past its
+    # timeout, a lost connection): the "high" job is reserved, so it must reach the
+    # worker rather than wait out its reservation with nobody running it.
+    queue = DatabaseQueue.from_url(db_url)
+    queue.push(QueuedJob(id="first", name="x", queue="high", payload={}, available_at=0))
+    queue.push(QueuedJob(id="second", name="x", queue="default", payload={}, available_at=0))
+    path = {"skip_locked": "_claim_skip_locked", "optimistic": "_claim_optimistic"}[queue.claim]
+    if queue.dialect == "sqlite":
+        path = "_claim_sqlite"
+    real = getattr(queue, path)
+
+    def claim(name: str, limit: int) -> list[Any]:
+        if name == "default":
+            raise sqlite3.OperationalError("database is locked")
+        return list(real(name, limit))
+
+    monkeypatch.setattr(queue, path, claim)
+    assert [job.id for job in queue.reserve_many(["high", "default"], 2)] == ["first"]
+    with pytest.raises(sqlite3.OperationalError):
+        queue.reserve_many(["default"], 1)  # nothing claimed yet: the error is the answer
+    queue.close()
+
+
+def test_a_failed_move_of_an_unreadable_row_does_not_hold_back_the_rest_of_the_batch(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = DatabaseQueue.from_url(db_url)
+    insert = queue._sql.insert_job()
+    queue._backend.execute(insert, ("bad-json", "default", "x", "{not json", 0, 0, 0.0))
+    queue.push(QueuedJob(id="fine", name="x", queue="default", payload={}, available_at=1.0))
+
+    def broken(*args: Any) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(queue, "_discard", broken)
+    assert [job.id for job in queue.reserve_many(["default"], 2)] == ["fine"]
+    monkeypatch.undo()
+    assert queue.counts("default").reserved == 2, "the unreadable row waits out its reservation, then is moved"
+    queue.close()
+
+
+def test_an_optimistic_claim_hands_out_its_first_round_when_a_later_round_fails(
+    my_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = DatabaseQueue.from_url(my_url)
+    rival = DatabaseQueue.from_url(my_url)
+    for n in range(3):
+        queue.push(QueuedJob(id=f"j{n}", name="x", queue="default", payload={}, available_at=float(n)))
+    backend = queue._worker
+    real_execute, real_query = backend.execute, backend.query
+    calls = {"select": 0}
+
+    def execute(sql: str, params: Any = ()) -> int:
+        if sql.startswith("UPDATE") and calls["select"] == 1:
+            assert rival.reserve(["default"]) is not None  # wins one candidate: a second round follows
+        return real_execute(sql, params)
+
+    def query(sql: str, params: Any = ()) -> list[Any]:
+        if sql.startswith("SELECT seq FROM"):
+            calls["select"] += 1
+            if calls["select"] == 2:
+                raise ConnectionError("the second round failed")
+        return real_query(sql, params)
+
+    monkeypatch.setattr(backend, "execute", execute)
+    monkeypatch.setattr(backend, "query", query)
+    assert [job.id for job in queue.reserve_many(["default"], 2)] == ["j1"]
+    rival.close()
+    queue.close()
+
+
 # -- locks and unique jobs -------------------------------------------------------------------------
 
 
