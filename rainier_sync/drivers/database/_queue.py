@@ -593,12 +593,34 @@ class DatabaseQueue(BaseQueue):
         held = as_job_list(jobs)
         if not held:
             return
-        until = _clock.now() + (self.reservation if seconds is None else float(seconds))
+        now = _clock.now()
+        until = now + (self.reservation if seconds is None else float(seconds))
         for start in range(0, len(held), 500):
-            where, params = self._held(held[start : start + 500])
-            self._worker.execute(
+            batch = held[start : start + 500]
+            where, params = self._held(batch)
+            renewed = self._worker.execute(
                 f"UPDATE {JOBS} SET reserved_until = %s WHERE reserved_at IS NOT NULL AND {where}", [until, *params]
             )
+            if renewed < len(batch):
+                self._take_back(batch, now, until)
+
+    def _take_back(self, jobs: Sequence[QueuedJob], now: float, until: float) -> None:
+        """Reserve again, with their own tokens, the running jobs whose reservation
+        lapsed and was reclaimed while nobody claimed them since: they are still
+        running here, and another worker must not start them a second time."""
+        by_token: dict[str, list[int]] = {}
+        for job in jobs:
+            if isinstance(job.receipt, tuple):
+                seq, token = job.receipt
+                by_token.setdefault(token, []).append(int(seq))
+        for token, seqs in by_token.items():
+            taken = self._worker.execute(
+                f"UPDATE {JOBS} SET reserved_at = %s, reserved_until = %s, token = %s "
+                f"WHERE seq IN ({self._sql.marks(len(seqs))}) AND reserved_at IS NULL AND token IS NULL",
+                [now, until, token, *seqs],
+            )
+            if taken:
+                log.warning("took back %d running job(s) whose reservation had lapsed and been reclaimed", taken)
 
     def reclaim_expired(self) -> int:
         reclaimed = self._worker.execute(

@@ -420,6 +420,31 @@ def test_an_optimistic_claim_hands_out_its_first_round_when_a_later_round_fails(
     queue.close()
 
 
+def test_a_heartbeat_after_a_reclaim_takes_back_a_job_nobody_claimed_since(db_url: str) -> None:
+    # The worker's loop stalled past the reservation (a database outage, say), and a
+    # reclaim ran before its next heartbeat: the job is still running here, so the
+    # heartbeat keeps it rather than let another worker start it a second time.
+    with freeze_time("2026-05-01 09:00:00") as frozen:
+        queue = DatabaseQueue.from_url(db_url, reservation=10)
+        rival = DatabaseQueue.from_url(db_url, reservation=10)
+        for n in range(3):
+            queue.push(QueuedJob(id=f"j{n}", name="x", queue="default", payload={}, available_at=float(n)))
+        held = queue.reserve_many(["default"], 2)
+        frozen.tick(11)
+        assert rival.reclaim_expired() == 2
+        taken = rival.reserve(["default"])  # claims the oldest again: that one is the rival's now
+        assert taken is not None and taken.id == "j0"
+        queue.extend(held)
+        assert rival.reserve(["default"]) is not None  # j2, never ours
+        assert rival.reserve(["default"]) is None, "j1 is running here: the heartbeat took it back"
+        frozen.tick(5)
+        assert queue.reclaim_expired() == 0
+        queue.acknowledge_many(held)
+        assert queue.size("default") == 2, "j0 (the rival's claim) and j2 remain; j1 is done"
+        rival.close()
+        queue.close()
+
+
 # -- locks and unique jobs -------------------------------------------------------------------------
 
 
