@@ -690,6 +690,10 @@ class DatabaseQueue(BaseQueue):
                 job.available_at = now
                 body, priority = job.encode(), job.priority
             cursor.execute(sql(f"DELETE FROM {FAILED} WHERE id = %s"), (id,))
+            if cursor.rowcount == 0:
+                # A concurrent retry deleted it first (PostgreSQL and MariaDB read the
+                # row above without a lock): that one queues it, this one must not.
+                return False
             cursor.execute(sql(self._insert_one()), (id, queue, name, body, 0, priority, now))
             return True
 

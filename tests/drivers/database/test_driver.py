@@ -445,6 +445,29 @@ def test_a_heartbeat_after_a_reclaim_takes_back_a_job_nobody_claimed_since(db_ur
         queue.close()
 
 
+def test_two_concurrent_retries_of_the_same_failed_jobs_queue_each_once(db_url: str) -> None:
+    queue = DatabaseQueue.from_url(db_url)
+    count = 200
+    queue.push_many([QueuedJob(id=f"f{n}", name="x", queue="default", payload={}) for n in range(count)])
+    for job in queue.reserve_many(["default"], count):
+        queue.fail(job, "no")
+    operators = [DatabaseQueue.from_url(db_url), DatabaseQueue.from_url(db_url)]
+    retried: list[int] = []
+
+    def retry_all(operator: DatabaseQueue) -> None:
+        retried.append(sum(operator.retry_failed(f"f{n}") for n in range(count)))
+
+    threads = [threading.Thread(target=retry_all, args=(operator,)) for operator in operators]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sum(retried) == count and queue.size("default") == count, "each failed job is queued again once"
+    for operator in operators:
+        operator.close()
+    queue.close()
+
+
 # -- locks and unique jobs -------------------------------------------------------------------------
 
 
