@@ -221,7 +221,7 @@ class Worker:
         driver = self.driver
         reservation = driver.reservation
         beat = opts.heartbeat or (reservation / 3 if reservation else None)
-        next_beat = _clock.monotonic() + beat if beat else float("inf")
+        next_beat = self._next_beat = _clock.monotonic() + beat if beat else float("inf")
         next_reclaim = 0.0
         failures = 0
         self._start_pool()
@@ -229,16 +229,19 @@ class Worker:
             while True:
                 self._waker.clear()
                 now = _clock.monotonic()
+                # Renew our own reservations before anything else, so neither a
+                # reclaim sweep nor a backend that keeps failing to settle can let
+                # them lapse under jobs this worker is still running.
+                if beat is not None and now >= next_beat:
+                    next_beat = self._next_beat = now + beat
+                    if self._running or self._unsettled:
+                        self._heartbeat()
                 if now >= next_reclaim:
                     next_reclaim = now + opts.reclaim_interval
                     self._backend("reclaim_expired", driver.reclaim_expired)
                 if not self._settle():
                     failures = self._backend_failed(failures)
                     continue
-                if beat is not None and now >= next_beat:
-                    next_beat = now + beat
-                    if self._running or self._unsettled:
-                        self._heartbeat()
                 if self._stop.is_set():
                     if not self._running and not self._unsettled:
                         break
@@ -294,7 +297,10 @@ class Worker:
                 f"connection {self.connection_name!r} failed {failures} times in a row; giving up this --once run "
                 f"(last error: {self._last_error})"
             )
-        self._waker.wait(min(0.05 * 2 ** min(failures, 7), 5.0))
+        pause = min(0.05 * 2 ** min(failures, 7), 5.0)
+        if self._running or self._unsettled:
+            pause = min(pause, max(0.0, self._next_beat - _clock.monotonic()))  # never skip a heartbeat
+        self._waker.wait(pause)
         return failures
 
     def _grace_over(self) -> bool:

@@ -398,3 +398,30 @@ def test_an_idle_worker_sleeps_instead_of_spinning(manager: QueueManager, memory
     worker.stop()
     worker.join(5)
     assert calls["n"] <= 15, f"an idle worker polled {calls['n']} times in 0.5 s with sleep=0.1"
+
+
+def test_heartbeats_go_on_while_acknowledgements_fail(registry: JobRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = MemoryQueue(reservation=0.3)
+    manager = QueueManager({"m": memory}, registry=registry, container=Container())
+    real_ack = memory.acknowledge_many
+    failing_until = time.monotonic() + 10**6
+
+    def flaky_ack(jobs_: Any) -> None:
+        if time.monotonic() < failing_until:
+            raise ConnectionError("acknowledge lost")
+        real_ack(jobs_)
+
+    monkeypatch.setattr(memory, "acknowledge_many", flaky_ack)
+    manager.dispatch(jobs.Record("once only"))
+    first = Worker(manager, options=WorkerOptions(concurrency=1, sleep=0.05))
+    second = Worker(manager, options=WorkerOptions(concurrency=1, sleep=0.05, reclaim_interval=0.05))
+    first.start()
+    wait_until(lambda: jobs.calls == [("record", "once only")], 5, message="the job to run")
+    second.start()
+    time.sleep(1.2)  # four reservations long, with every acknowledgement failing
+    failing_until = time.monotonic()
+    wait_until(lambda: memory.size() == 0, 10, message="the acknowledgement to go through")
+    for worker in (first, second):
+        worker.stop()
+        worker.join(5)
+    assert jobs.calls == [("record", "once only")], "the job ran again while its worker was alive"
