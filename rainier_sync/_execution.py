@@ -103,8 +103,13 @@ class Executor:
                 job = self.build(queued)
                 job.handle(context)
         except (KeyboardInterrupt, SystemExit) as exc:
-            self.container.flush_scoped()
-            return Completion(queued, ABANDONED, exception=exc, interrupted=True, duration=_clock.monotonic() - started)
+            duration = _clock.monotonic() - started
+            if queued.attempts >= queued.max_attempts:
+                # The last attempt: releasing it again would run it past TRIES, forever.
+                completion = self.conclude(queued, job, exc, context, duration)
+                completion.interrupted = True
+                return completion
+            return Completion(queued, ABANDONED, exception=exc, interrupted=True, duration=duration)
         except BaseException as exc:  # noqa: BLE001 - any failure fails the attempt, not the worker
             error = exc
         finally:
@@ -157,16 +162,25 @@ class Executor:
             driver.fail(completion.job, completion.info)
         self.announce(completion)
 
-    def apply_many(self, driver: BaseQueue, completions: Sequence[Completion]) -> None:
-        """Like :meth:`apply`, acknowledging the processed ones in one call."""
+    def apply_many(
+        self, driver: BaseQueue, completions: Sequence[Completion], applied: list[Completion] | None = None
+    ) -> None:
+        """Like :meth:`apply`, acknowledging the processed ones in one call.
+        Each completion performed is appended to ``applied`` as it is done, so a
+        caller retrying after an exception repeats only what is left (a second
+        ``fail()`` would store the job twice, a second signal would count it twice)."""
         done = [c for c in completions if c.outcome == PROCESSED]
         if done:
             driver.acknowledge_many([c.job for c in done])
+            if applied is not None:
+                applied.extend(done)
             for c in done:
                 self.announce(c)
         for c in completions:
             if c.outcome != PROCESSED:
                 self.apply(driver, c)
+                if applied is not None:
+                    applied.append(c)
 
     def announce(self, completion: Completion) -> None:
         """Release the unique lock where due, log, and send the signals."""

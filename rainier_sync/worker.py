@@ -277,7 +277,11 @@ class Worker:
                         self.stats.idles += 1
                     busy = bool(self._running or self._unsettled)
                     wait = opts.sleep if beat is None or not busy else min(opts.sleep, max(0.0, next_beat - now))
-                    self._backend("wait_for_jobs", driver.wait_for_jobs, opts.queues, wait, self._waker)
+                    try:
+                        driver.wait_for_jobs(opts.queues, wait, self._waker)
+                    except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come
+                        self._operation_failed("wait_for_jobs", exc)
+                        self._waker.wait(wait)
                 else:
                     self._waker.wait(None if beat is None else max(0.0, next_beat - now))
         finally:
@@ -320,15 +324,22 @@ class Worker:
         if not self._unsettled:
             return True
         batch, self._unsettled = self._unsettled, []
+        applied: list[Completion] = []
         try:
-            self.executor.apply_many(self.driver, batch)
+            self.executor.apply_many(self.driver, batch, applied)
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
             self._operation_failed("settle", exc)
-            # apply_many is not transactional: keep every completion whose job may
-            # still be reserved. Repeating an acknowledge or release is harmless.
-            self._unsettled = batch + self._unsettled
+            # apply_many is not transactional: retry only what it did not perform.
+            performed = {id(c) for c in applied}
+            self._unsettled = [c for c in batch if id(c) not in performed] + self._unsettled
+            self._account(applied)
             return False
-        for completion in batch:
+        self._account(batch)
+        return True
+
+    def _account(self, completions: Sequence[Completion]) -> None:
+        """Count settled completions, and stop when a job raised SystemExit or KeyboardInterrupt."""
+        for completion in completions:
             self._running.pop(completion.job.id, None)
             outcome = completion.outcome
             if outcome == PROCESSED:
@@ -337,10 +348,9 @@ class Worker:
                 self.stats.released += 1
             elif outcome == FAILED:
                 self.stats.failed += 1
-            elif outcome == ABANDONED and completion.interrupted and not self._stop.is_set():
+            if completion.interrupted and not self._stop.is_set():
                 log.warning("a job raised %s: stopping the worker", type(completion.exception).__name__)
                 self.stop()
-        return True
 
     def _heartbeat(self) -> None:
         jobs = list(self._running.values())
@@ -406,10 +416,11 @@ class Worker:
             supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
             supervisor.close()
-        if self._running:
+        if self._busy:
             return  # abandoned jobs still hold their threads; they are daemons
+        deadline = _clock.monotonic() + 1.0
         for thread in self._threads:
-            thread.join(timeout=1.0)
+            thread.join(timeout=max(0.0, deadline - _clock.monotonic()))
         self._threads.clear()
 
     def _pool_thread(self) -> None:

@@ -6,6 +6,7 @@ import enum
 import os
 import select
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Sequence
 
@@ -53,6 +54,11 @@ class QueueDriver(enum.Enum):
             raise ValueError(f"unknown queue driver {value!r}; expected one of: {names}") from None
 
 
+def _close_pipe(read: int, write: int) -> None:
+    os.close(read)
+    os.close(write)
+
+
 class Waker:
     """A wake-up flag a worker's owning loop sleeps on.
 
@@ -67,6 +73,8 @@ class Waker:
         self._flag = False
         self._lock = threading.Lock()
         self._closed = False
+        # The pipe is closed when the last holder (worker, pool thread, driver) lets go.
+        self._finalizer = weakref.finalize(self, _close_pipe, self._read, self._write)
 
     def fileno(self) -> int:
         return self._read
@@ -87,16 +95,20 @@ class Waker:
         return self._flag
 
     def clear(self) -> None:
-        """Only the waiting thread clears. Unlocked on purpose: a set() racing
-        with it leaves either the flag set (wait returns at once) or a stray
-        byte (one early wake-up), never a lost wake-up."""
-        if not self._flag:
+        """Only the waiting thread clears. It takes the lock set() holds while it
+        flags and writes, so the flag and the pipe always agree: a byte left
+        behind with the flag down would make every later wait, and every
+        select() on fileno(), return at once."""
+        if not self._flag:  # a set() in flight raises the flag before it writes, both under the lock
             return
-        self._flag = False
-        try:
-            os.read(self._read, 512)
-        except BlockingIOError:
-            pass
+        with self._lock:
+            if self._closed:
+                return
+            self._flag = False
+            try:
+                os.read(self._read, 512)
+            except BlockingIOError:
+                pass
 
     def wait(self, timeout: float | None) -> bool:
         """Block until set or ``timeout`` seconds pass; True when set."""
@@ -115,8 +127,7 @@ class Waker:
             if self._closed:
                 return
             self._closed = True
-            os.close(self._read)
-            os.close(self._write)
+            self._finalizer()
 
 
 class BaseQueue(ABC):

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 from .. import _clock
-from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info
+from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, QueueDriver, Waker, as_job_list
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ class MemoryQueue(BaseQueue):
         with self._mutex:
             for job in jobs:
                 stored = job.copy()
+                stored.payload = decode(encode(job.payload))  # kept as JSON keeps it, like every other driver
                 stored.connection = self.connection
                 self._enqueue(stored, now)
             waiters = list(self._waiters)
@@ -103,7 +104,9 @@ class MemoryQueue(BaseQueue):
                     job.attempts += 1
                     receipt = next(self._receipts)
                     self._reserved[job_id] = (receipt, now + self.reservation)
-                    taken.append(job.copy(receipt))
+                    handed = job.copy(receipt)
+                    handed.payload = decode(encode(job.payload))  # an attempt cannot alter what a retry sees
+                    taken.append(handed)
                 if len(taken) >= limit:
                     break
         return taken
@@ -140,11 +143,12 @@ class MemoryQueue(BaseQueue):
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         info = as_exception_info(error)
+        failed = FailedJob.of(replace(job, receipt=None), info, _clock.now())
         with self._mutex:
-            if self._holds(job) or job.id not in self._reserved:
-                self._reserved.pop(job.id, None)
-                self._jobs.pop(job.id, None)
-            failed = FailedJob.of(replace(job, receipt=None), info, _clock.now())
+            if job.id in self._reserved and not self._holds(job):
+                return failed  # reclaimed and reserved again: that worker's attempt decides
+            self._reserved.pop(job.id, None)
+            self._jobs.pop(job.id, None)
             self.failed.append(failed)
         return failed
 
@@ -272,7 +276,10 @@ class MemoryQueue(BaseQueue):
             if job is None:
                 return ran
             ran += 1
-            executor.apply(self, executor.run(job))
+            completion = executor.run(job)
+            executor.apply(self, completion)
+            if completion.interrupted and completion.exception is not None:
+                raise completion.exception  # Ctrl-C, or a job's sys.exit(), ends the drain
 
     def _reserve_best(self, queues: Sequence[str]) -> QueuedJob | None:
         """The due job of lowest priority, then earliest, across ``queues``."""
