@@ -139,6 +139,10 @@ def connect(target: DatabaseUrl, *, application_name: str = "rainier_sync", init
     return conn
 
 
+#: libpq TCP keepalives: a dead peer is noticed in about a minute (30 s idle, then 3 probes 10 s apart).
+_PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+
+
 def _open(target: DatabaseUrl, application_name: str) -> Any:
     opts = target.options
     if target.dialect == SQLITE:
@@ -165,6 +169,11 @@ def _open(target: DatabaseUrl, application_name: str) -> Any:
             kwargs["connect_timeout"] = 5
         if "application_name" not in opts:
             kwargs["application_name"] = application_name
+        # A peer that vanished without closing (a half-open TCP connection) would
+        # otherwise hang a claim for as long as the kernel's own keepalive: hours.
+        for key, value in _PG_KEEPALIVES.items():
+            if key not in opts:
+                kwargs[key] = value
         try:
             return psycopg.connect(url, **kwargs)
         except psycopg.OperationalError as exc:

@@ -123,6 +123,19 @@ def test_unreachable_postgres_is_a_boot_error_naming_the_host(postgres_url: str)
     assert time.monotonic() - started < 5
 
 
+def test_postgres_connections_use_tcp_keepalives_unless_the_url_says_otherwise(postgres_url: str) -> None:
+    from rainier_sync.drivers.database._connection import DatabaseUrl, connect
+
+    default = connect(DatabaseUrl.parse(postgres_url))
+    tuned = connect(DatabaseUrl.parse(postgres_url + ("&" if "?" in postgres_url else "?") + "keepalives_idle=5"))
+    try:
+        assert "keepalives=1 keepalives_idle=30 keepalives_interval=10 keepalives_count=3" in default.info.dsn
+        assert "keepalives_idle=5" in tuned.info.dsn
+    finally:
+        default.close()
+        tuned.close()
+
+
 def test_a_server_that_never_answers_times_out_instead_of_hanging(postgres_url: str) -> None:
     with socket.socket() as silent:  # accepts TCP connections and never speaks
         silent.bind(("127.0.0.1", 0))
