@@ -627,29 +627,42 @@ class KafkaQueue(BaseQueue):
             now = _clock.now()
             self._housekeeping(consumer, now)
             taken: list[QueuedJob] = []
-            for queue in queues:
-                self._promote(queue, now)
-                ready = self._ready.get(queue)
-                while ready and len(taken) < limit:
-                    batch: list[_Record] = []
-                    while ready and len(batch) < limit - len(taken):
-                        record = ready.popleft()
-                        if self._live(record) and record.state == _READY:
-                            record.owner = f"{self._token}:{next(self._seq)}"
-                            batch.append(record)
-                    if not batch:
+            try:
+                for queue in queues:
+                    self._promote(queue, now)
+                    ready = self._ready.get(queue)
+                    while ready and len(taken) < limit:
+                        batch: list[_Record] = []
+                        while ready and len(batch) < limit - len(taken):
+                            record = ready.popleft()
+                            if self._live(record) and record.state == _READY:
+                                record.owner = f"{self._token}:{next(self._seq)}"
+                                batch.append(record)
+                        if not batch:
+                            break
+                        try:
+                            acquired = self._acquire(batch)
+                        except Exception:
+                            # Still ready: put back in order, or no one would hand them
+                            # out and their partition's commit would stop at them.
+                            ready.extendleft(reversed(batch))
+                            raise
+                        for record, ok in zip(batch, acquired, strict=True):
+                            if not ok:
+                                self._contended(record, now)
+                                continue
+                            job = self._hand_out(record, now)
+                            if job.attempts > job.max_attempts:
+                                self._gave_up(job, record)
+                            else:
+                                taken.append(job)
+                    if len(taken) >= limit:
                         break
-                    for record, ok in zip(batch, self._acquire(batch), strict=True):
-                        if not ok:
-                            self._contended(record, now)
-                            continue
-                        job = self._hand_out(record, now)
-                        if job.attempts > job.max_attempts:
-                            self._gave_up(job, record)
-                        else:
-                            taken.append(job)
-                if len(taken) >= limit:
-                    break
+            except Exception as exc:
+                if not taken:
+                    raise
+                # Their leases are taken: hand them out rather than strand them.
+                log.warning("kafka: reserve stopped part-way; handing out the %d job(s) taken: %s", len(taken), exc)
             self._commit(consumer)
             return taken
 
@@ -670,7 +683,11 @@ class KafkaQueue(BaseQueue):
         )
         info = ExceptionInfo.from_exception(error)
         log.error("kafka: %s", info.message)
-        self.fail(job, info)
+        try:
+            self.fail(job, info)
+        except Exception as exc:  # noqa: BLE001 - its lease lapses and reclaim_expired brings it back
+            log.warning("kafka: could not dead-letter job %s (tried again when its lease lapses): %s", job.id, exc)
+            return
         signals.emit(signals.job_failed, self, job=job, connection=self.connection, error=info.error, exception=info)
         if job.unique_key is not None and job.unique_owner is not None and self._unique_locks is not None:
             try:
@@ -739,6 +756,18 @@ class KafkaQueue(BaseQueue):
             return None  # reclaimed and handed out again: no longer this holder's
         return record
 
+    def _superseded(self, record: _Record) -> bool:
+        """True when the job's partition moved away and its lease lapsed: the
+        partition's new owner runs it (or will), so this holder must not write
+        a copy of it (a retry or a dead letter) beside that run."""
+        if self._live(record):
+            return False
+        try:
+            return self.locks.owner(record.key) != record.owner
+        except Exception as exc:  # noqa: BLE001 - cannot tell: settle as asked
+            log.warning("kafka: lock store unavailable while settling job %s: %s", record.job.id, exc)
+            return False
+
     def _finish(self, record: _Record) -> None:
         record.state = _DONE
         if not self._live(record):
@@ -762,6 +791,10 @@ class KafkaQueue(BaseQueue):
             record = self._holding(job)
             if record is None:
                 return
+            if self._superseded(record):
+                record.state = _DONE
+                log.warning("kafka: job %s lost its lease before its release; its partition's owner runs it", job.id)
+                return
             delay = max(0.0, float(delay))
             again = replace(record.job, attempts=job.attempts, available_at=_clock.now() + delay, receipt=None)
             topic = self.topic(job.queue) + (_DELAYED if delay > 0 else "")
@@ -780,8 +813,15 @@ class KafkaQueue(BaseQueue):
                 "attempts": failed.attempts, "max_attempts": failed.max_attempts,
                 "job": replace(job, receipt=None).to_wire(),
             }
-            self._produce([(self.topic(job.queue) + _FAILED, job.id, encode({"failed": body}).encode())])
             record = self._holding(job)
+            if isinstance(job.receipt, _Receipt) and (record is None or self._superseded(record)):
+                # Reclaimed and handed out again, or run by its partition's new
+                # owner: that attempt decides; a dead letter here would be a second copy.
+                if record is not None:
+                    record.state = _DONE
+                log.warning("kafka: job %s lost its lease before it failed; not dead-lettered", job.id)
+                return failed
+            self._produce([(self.topic(job.queue) + _FAILED, job.id, encode({"failed": body}).encode())])
             if record is not None:
                 self._finish(record)
                 if self._consumer is not None:

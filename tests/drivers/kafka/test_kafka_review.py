@@ -1,0 +1,128 @@
+"""Review findings: a lock-store error in reserve, and a stale fail()."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pytest
+
+from rainier_sync.locks import MemoryLockStore
+from tests.drivers.kafka.test_kafka_driver import _frozen, make, queued
+
+
+class FlakyLocks(MemoryLockStore):
+    """A MemoryLockStore whose acquire_many fails the next ``fail`` times."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = 0
+
+    def acquire_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("lock store down")
+        return super().acquire_many(items, ttl)
+
+
+@pytest.mark.kafka
+def test_a_lock_store_error_in_reserve_strands_no_record(kafka_brokers: str, names: dict[str, str]) -> None:
+    locks = FlakyLocks()
+    q = make(kafka_brokers, names, locks, partitions=1)
+    try:
+        job = queued()
+        q.push(job)
+        locks.fail = 1
+        with pytest.raises(ConnectionError):
+            q.reserve_many(["work"], 1)
+        got = q.reserve_many(["work"], 1)
+        assert [j.id for j in got] == [job.id], "the record read before the error is still handed out"
+        q.acknowledge(got[0])
+        assert q.size("work") == 0
+    finally:
+        q.close()
+
+
+@pytest.mark.kafka
+def test_a_lock_store_error_after_some_jobs_were_taken_hands_those_out(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    locks = FlakyLocks()
+    q = make(kafka_brokers, names, locks, partitions=1)
+    try:
+        first, second = queued("high"), queued("low")
+        q.push_many([first, second])
+        q.reserve_many(["high", "low"], 0)  # join the group
+        calls = [0]
+        original = FlakyLocks.acquire_many
+
+        def second_call_fails(items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+            calls[0] += 1
+            if calls[0] == 2:
+                raise ConnectionError("lock store down")
+            return original(locks, items, ttl)
+
+        locks.acquire_many = second_call_fails  # type: ignore[method-assign]
+        got = q.reserve_many(["high", "low"], 2)
+        assert [j.id for j in got] == [first.id], "the job whose lease was taken is handed out, not stranded"
+        rest = q.reserve_many(["high", "low"], 2)
+        assert [j.id for j in rest] == [second.id]
+        q.acknowledge_many([*got, *rest])
+    finally:
+        q.close()
+
+
+@pytest.mark.kafka
+def test_a_stale_fail_stores_no_dead_letter_beside_the_running_copy(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    with _frozen() as frozen:
+        q = make(kafka_brokers, names, MemoryLockStore(), partitions=1, lease=30)
+        try:
+            job = queued()
+            q.push(job)
+            slow = q.reserve(["work"])
+            assert slow is not None
+            frozen.tick(60)  # the slow worker never renewed: its lease lapses
+            assert q.reclaim_expired() == 1
+            again = q.reserve(["work"])
+            assert again is not None and again.id == job.id
+            q.fail(slow, "late failure of the lapsed attempt")
+            assert q.failed_jobs(10) == [], "the job runs again elsewhere: a dead letter would be a second copy"
+            q.acknowledge(again)
+            assert q.size("work") == 0
+        finally:
+            q.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("settle", ["fail", "release"])
+def test_a_worker_whose_partition_moved_and_lease_lapsed_writes_no_second_copy(
+    kafka_brokers: str, names: dict[str, str], settle: str
+) -> None:
+    locks = MemoryLockStore()
+    with _frozen() as frozen:
+        slow = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        other = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        try:
+            job = queued()
+            slow.push(job)
+            running = slow.reserve(["work"])
+            assert running is not None
+            consumer = slow._consumer  # its partition moves to the other worker mid-job
+            slow._consumer = None
+            consumer.close()
+            assert other.reserve(["work"]) is None, "the lease is still held"
+            frozen.tick(60)  # the slow worker's lease lapses: the other runs the job
+            again = other.reserve_many(["work"], 1)
+            assert [j.id for j in again] == [job.id]
+            if settle == "fail":
+                slow.fail(running, "late")
+                assert other.failed_jobs(10) == [], "a dead letter beside the job running elsewhere"
+            else:
+                slow.release(running, 0)
+                assert other.reserve_many(["work"], 5) == [], "a retry beside the job running elsewhere"
+            other.acknowledge(again[0])
+            assert other.size("work") == 0
+        finally:
+            other.close()
+            slow.close()
