@@ -832,13 +832,33 @@ class KafkaQueue(BaseQueue):
         ttl = self.lease if seconds is None else float(seconds)
         with self._lock:
             now = _clock.now()
-            held = [r for r in (self._holding(job) for job in as_job_list(jobs)) if r is not None]
+            held: list[_Record] = []
+            reclaimed: list[_Record] = []
+            for job in as_job_list(jobs):
+                record = self._holding(job)
+                if record is not None:
+                    held.append(record)
+                elif (isinstance(job.receipt, _Receipt) and job.receipt.record.state == _READY
+                      and job.receipt.record.handouts == job.receipt.handout and self._live(job.receipt.record)):
+                    reclaimed.append(job.receipt.record)  # reclaimed, not handed out again yet
             renewed = self.locks.renew_many([(r.key, r.owner) for r in held], ttl) if held else []
+            lapsed = [r for r, ok in zip(held, renewed, strict=True) if not ok] + reclaimed
             for record, ok in zip(held, renewed, strict=True):
                 if ok:
                     record.lease_until = now + ttl
-                else:
-                    log.warning("kafka: job %s lost its lease (it lapsed); another worker may run it", record.job.id)
+            if lapsed:
+                # A late heartbeat from a live worker: take the lease back unless
+                # someone else took it, rather than let the job run a second time.
+                retaken = self.locks.acquire_many([(r.key, r.owner) for r in lapsed], ttl)
+                for record, ok in zip(lapsed, retaken, strict=True):
+                    if ok:
+                        record.state = _RUNNING
+                        record.lease_until = now + ttl
+                        log.warning("kafka: job %s's lease had lapsed under its live worker; taken back",
+                                    record.job.id)
+                    else:
+                        log.warning("kafka: job %s lost its lease (it lapsed); another worker may run it",
+                                    record.job.id)
             if self._consumer is not None:
                 self._pull(self._consumer, 0)  # keeps max.poll.interval.ms satisfied while jobs run
                 self._commit(self._consumer)

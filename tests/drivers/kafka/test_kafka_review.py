@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import pytest
 
 from rainier_sync.locks import MemoryLockStore
-from tests.drivers.kafka.test_kafka_driver import _frozen, make, queued
+from tests.drivers.kafka.test_kafka_driver import _frozen, kafka, make, queued
 
 
 class FlakyLocks(MemoryLockStore):
@@ -126,3 +126,64 @@ def test_a_worker_whose_partition_moved_and_lease_lapsed_writes_no_second_copy(
         finally:
             other.close()
             slow.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("reclaimed_first", [False, True])
+def test_a_late_heartbeat_takes_back_a_lapsed_lease_nobody_took(
+    kafka_brokers: str, names: dict[str, str], reclaimed_first: bool
+) -> None:
+    with _frozen() as frozen:
+        q = make(kafka_brokers, names, MemoryLockStore(), partitions=1, lease=30)
+        try:
+            job = queued()
+            q.push(job)
+            running = q.reserve(["work"])
+            assert running is not None
+            frozen.tick(60)  # a heartbeat comes late: the lease lapsed, nobody took it
+            if reclaimed_first:
+                assert q.reclaim_expired() == 1
+            q.extend(running)
+            assert q.reclaim_expired() == 0
+            assert q.reserve_many(["work"], 5) == [], "the job still runs on its live worker: not twice"
+            q.acknowledge(running)
+            assert q.size("work") == 0
+        finally:
+            q.close()
+
+
+@pytest.mark.kafka
+def test_a_dead_letter_write_that_fails_in_reserve_strands_no_other_job(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    from dataclasses import replace
+
+    with _frozen() as frozen:
+        q = make(kafka_brokers, names, MemoryLockStore(), partitions=1, lease=30)
+        try:
+            spent, other = replace(queued(), max_attempts=1), queued()
+            q.push_many([other, spent])  # (reclaimed in reverse: the spent job comes first)
+            assert len(q.reserve_many(["work"], 2)) == 2
+            frozen.tick(60)  # the worker running both stopped renewing
+            assert q.reclaim_expired() == 2
+            real_fail = q.fail
+            calls = [0]
+
+            def broker_down_once(job: Any, error: Any) -> Any:
+                calls[0] += 1
+                if calls[0] == 1:
+                    raise kafka.KafkaQueueError("kafka: 1 record(s) refused")
+                return real_fail(job, error)
+
+            q.fail = broker_down_once
+            got = q.reserve_many(["work"], 2)
+            assert [j.id for j in got] == [other.id], "the other job is handed out, not stranded"
+            frozen.tick(60)  # the spent job's lease lapses: dead-lettering is tried again
+            assert q.reclaim_expired() == 1 + 1  # (the other job's lease lapsed too)
+            again = q.reserve_many(["work"], 2)
+            assert [j.id for j in again] == [other.id]
+            assert [f.id for f in q.failed_jobs(10)] == [spent.id]
+            q.acknowledge(again[0])
+            assert q.size("work") == 0
+        finally:
+            q.close()
