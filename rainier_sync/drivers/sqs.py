@@ -255,6 +255,8 @@ class SqsQueue(BaseQueue):
         self._buffer: list[tuple[str, dict[str, Any], _Receipt]] = []
         self._polling: dict[str, float] = {}  # queue -> when its long poll started (monotonic)
         self._outstanding: set[str] = set()  # message ids handed out and not settled yet
+        # receipt handle -> when its reservation lapses (monotonic), by our own reckoning
+        self._deadlines: dict[str, float] = {}
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
         self._closed = False
@@ -415,6 +417,7 @@ class SqsQueue(BaseQueue):
 
     # -- consuming ------------------------------------------------------------------------
     def _receive(self, queue: str, url: str, count: int, wait: int = 0) -> list[tuple[str, dict[str, Any], _Receipt]]:
+        start = _clock.monotonic()
         response = self.client.receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=count,
@@ -423,10 +426,34 @@ class SqsQueue(BaseQueue):
             **{self._attributes_param: _SYSTEM_ATTRIBUTES},
         )
         at = _clock.monotonic()
-        return [
+        received = [
             (queue, message, _Receipt(queue, url, message["ReceiptHandle"], message["MessageId"], at))
             for message in response.get("Messages", [])
         ]
+        if received:
+            # The visibility started when SQS answered, a little before the answer
+            # arrived (a long poll waits first); never before the request went out.
+            deadline = max(start, at - min(1.0, self.reservation / 10)) + self.reservation
+            with self._lock:
+                for _, _, receipt in received:
+                    self._deadlines[receipt.handle] = deadline
+        return received
+
+    def _lapsed(self, job: QueuedJob) -> bool:
+        """Whether ``job``'s reservation has run out by our reckoning (received
+        plus the visibility timeout, moved on by each extend): SQS may have
+        handed its message to another worker since."""
+        receipt = job.receipt
+        if not isinstance(receipt, _Receipt):
+            return False
+        with self._lock:
+            deadline = self._deadlines.get(receipt.handle)
+        return deadline is not None and _clock.monotonic() >= deadline
+
+    def _forget_receipts(self, receipts: Sequence[_Receipt]) -> None:
+        with self._lock:
+            for receipt in receipts:
+                self._deadlines.pop(receipt.handle, None)
 
     def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
         """``ReceiveMessage`` (up to ten per call), trying ``queues`` in order; a
@@ -441,24 +468,41 @@ class SqsQueue(BaseQueue):
             # A poll running past its wait time is stuck on the network: look beside it.
             fresh = _clock.monotonic() - self.wait_time - 1
             polling = {queue for queue, started in self._polling.items() if started > fresh}
-        for queue, url in urls:
-            # A long poll in flight on this queue answers as soon as anything
-            # there is visible, and wakes the worker: a short poll beside it finds nothing.
-            if queue in polling:
-                continue
-            fifo = _is_fifo(url)
-            while len(taken) < limit:
-                # FIFO: one at a time, so two jobs of one message group never run side by side.
-                want = 1 if fifo else min(_BATCH, limit - len(taken))
-                messages = self._receive(queue, url, want)
-                for message in messages:
-                    job = self._accept_safely(*message)
-                    if job is not None:
-                        taken.append(job)
-                if len(messages) < want:
+        try:
+            for queue, url in urls:
+                # A long poll in flight on this queue answers as soon as anything
+                # there is visible, and wakes the worker: a short poll beside it finds nothing.
+                if queue in polling:
+                    continue
+                fifo = _is_fifo(url)
+                while len(taken) < limit:
+                    # FIFO: one at a time, so two jobs of one message group never run side by side.
+                    want = 1 if fifo else min(_BATCH, limit - len(taken))
+                    messages = self._receive(queue, url, want)
+                    for message in messages:
+                        job = self._accept_safely(*message)
+                        if job is not None:
+                            taken.append(job)
+                    if len(messages) < want:
+                        break
+                if taken:
                     break
-            if taken:
-                break
+        except Exception as exc:
+            if not taken:
+                raise
+            # The jobs already received are invisible to everyone else: hand them
+            # out, or they would lapse and come back with an attempt they never had.
+            info = ExceptionInfo.from_exception(exc)
+            log.warning("a receive failed after %d job(s) were taken; handing those out: %s", len(taken), info.error)
+            signals.emit(
+                signals.queue_operation_failed,
+                self,
+                connection=self.connection,
+                operation="reserve",
+                error=info.error,
+                exception=info,
+            )
+            return self._handed_out(taken)
         # A long poll may have landed a message while we looked.
         return self._handed_out(taken or self._take_held(urls, limit))
 
@@ -472,15 +516,23 @@ class SqsQueue(BaseQueue):
             for job in jobs:
                 if isinstance(job.receipt, _Receipt):
                     self._outstanding.discard(job.receipt.message_id)
+                    self._deadlines.pop(job.receipt.handle, None)
 
     def _take_held(self, urls: Sequence[tuple[str, str]], limit: int) -> list[QueuedJob]:
         """Jobs from messages a long poll brought in, in queue order."""
+        order = {queue: index for index, (queue, _) in enumerate(urls)}
         with self._lock:
-            held, self._buffer = self._buffer, []
+            # Only messages of the queues asked for: another worker on this
+            # connection may be waiting on others.
+            held = [item for item in self._buffer if item[0] in order]
+            self._buffer = [item for item in self._buffer if item[0] not in order]
         if not held:
             return []
-        stale_before = _clock.monotonic() - self.reservation / 2
-        order = {queue: index for index, (queue, _) in enumerate(urls)}
+        # Less than half the reservation left (heartbeats renew held messages
+        # too): its visibility may lapse while it runs, and SQS hands it out again.
+        fresh_until = _clock.monotonic() + self.reservation / 2
+        with self._lock:
+            deadlines = {item[2].handle: self._deadlines.get(item[2].handle) for item in held}
         held.sort(key=lambda item: order.get(item[0], len(order)))
         taken: list[QueuedJob] = []
         for index, item in enumerate(held):
@@ -488,8 +540,10 @@ class SqsQueue(BaseQueue):
                 with self._lock:
                     self._buffer[:0] = held[index:]
                 break
-            if item[2].received_at < stale_before:
-                continue  # held too long: its visibility may have lapsed, and SQS hands it out again
+            deadline = deadlines[item[2].handle]
+            if (item[2].received_at + self.reservation if deadline is None else deadline) < fresh_until:
+                self._forget_receipts([item[2]])
+                continue  # held too long: its visibility may lapse, and SQS hands it out again
             job = self._accept_safely(*item)
             if job is not None:
                 taken.append(job)
@@ -499,8 +553,12 @@ class SqsQueue(BaseQueue):
         """:meth:`_accept`, where a failure to hop, discard or fail one message
         is reported and leaves it to reappear, without costing the others."""
         try:
-            return self._accept(queue, message, receipt)
+            job = self._accept(queue, message, receipt)
+            if job is None:
+                self._forget_receipts([receipt])
+            return job
         except Exception as exc:  # noqa: BLE001 - the message stays on SQS; its visibility lapses
+            self._forget_receipts([receipt])
             info = ExceptionInfo.from_exception(exc)
             log.error("handling message %s from queue %r failed: %s", receipt.message_id, queue, info.error)
             signals.emit(
@@ -619,7 +677,7 @@ class SqsQueue(BaseQueue):
         self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
         self._settled(jobs)
 
-    def _batch(self, method: str, jobs: Sequence[QueuedJob], entry: Any) -> None:
+    def _batch(self, method: str, jobs: Sequence[QueuedJob], entry: Any) -> list[QueuedJob]:
         """Run a receipt batch call per queue URL; an entry SQS refuses as the
         sender's fault (a stale receipt) is logged, anything else raises."""
         by_url: dict[str, list[QueuedJob]] = {}
@@ -629,11 +687,13 @@ class SqsQueue(BaseQueue):
         call = getattr(self.client, method)
         problems: dict[str, str] = {}
         done: list[str] = []
+        through: list[QueuedJob] = []
         for url, group in by_url.items():
             for chunk in _chunks(group):
                 response = call(
                     QueueUrl=url, Entries=[{"Id": str(i), **entry(job.receipt)} for i, job in enumerate(chunk)]
                 )
+                through.extend(chunk[int(ok["Id"])] for ok in response.get("Successful", []))
                 done.extend(chunk[int(ok["Id"])].id for ok in response.get("Successful", []))
                 for bad in response.get("Failed", []):
                     job = chunk[int(bad["Id"])]
@@ -644,12 +704,24 @@ class SqsQueue(BaseQueue):
                         problems[job.id] = reason
         if problems:
             raise SqsBatchError(method, done, problems)
+        return through
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         """``ChangeMessageVisibility`` to the delay (0: at once); a delay past 15
         minutes re-sends the job with it instead."""
         receipt: _Receipt | None = job.receipt
         if receipt is None:
+            return
+        if self._lapsed(job):
+            # Its message is visible again, or another worker runs it: changing
+            # it (or sending a later copy) would hide or duplicate that run.
+            log.warning(
+                "job %s (%s) not released: its reservation lapsed, so SQS delivers it again and that "
+                "receive counts this attempt",
+                job.id,
+                job.name,
+            )
+            self._settled([job])
             return
         wait = max(0.0, float(delay))
         if wait <= MAX_DELAY or _is_fifo(receipt.url):
@@ -667,6 +739,18 @@ class SqsQueue(BaseQueue):
         info = as_exception_info(error)
         failed_at = _clock.now()
         plain = replace(job, receipt=None)
+        if self._lapsed(job):
+            # Another receive may hold it now: a failed copy beside it would run
+            # twice after a retry. The receive after its last attempt fails it.
+            log.warning(
+                "job %s (%s) failed (%s), but its reservation lapsed: nothing stored; SQS delivers it "
+                "again, and that receive fails it or runs its next attempt",
+                job.id,
+                job.name,
+                info.error,
+            )
+            self._settled([job])
+            return FailedJob.of(plain, info, failed_at)
         entry = {_FAILED_MARK: 1, "job": plain.to_wire(), "error": info.to_dict(), "failed_at": failed_at}
         self._send_failed(encode(entry))
         self._on_receipt("fail", job, "delete_message")
@@ -694,11 +778,16 @@ class SqsQueue(BaseQueue):
                 QueuedJob(id=receipt.message_id, name="(held)", queue=queue, payload={}, receipt=receipt)
                 for queue, _, receipt in self._buffer
             ]
-        self._batch(
+        start = _clock.monotonic()
+        extended = self._batch(
             "change_message_visibility_batch",
-            targets + held,
+            [job for job in targets if not self._lapsed(job)] + held,
             lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": timeout},
         )
+        with self._lock:
+            for job in extended:
+                if job.receipt.handle in self._deadlines:
+                    self._deadlines[job.receipt.handle] = start + timeout
 
     def reclaim_expired(self) -> int:
         """SQS itself makes a message visible again when its reservation lapses; 0."""
@@ -874,7 +963,8 @@ class SqsQueue(BaseQueue):
             error, self._poll_error = self._poll_error, None
             if error is not None:
                 raise error
-            if self._buffer:
+            wanted = {queue for queue, _ in urls}
+            if any(item[0] in wanted for item in self._buffer):
                 return
             # Only an idle worker long-polls: while its jobs run, one finishing wakes
             # it, and a once worker (which stops when nothing is due) never polls.
@@ -915,10 +1005,11 @@ class SqsQueue(BaseQueue):
         sent again and the held one deleted, so the receive it cost is not
         counted as an attempt; a FIFO queue keeps its order instead (visibility 0)."""
         fifo = [(q, r) for q, _, r in items if _is_fifo(r.url)]
+        self._forget_receipts([r for _, _, r in items])
         try:
             for _, message, receipt in items:
                 if not _is_fifo(receipt.url):
-                    self.client.send_message(QueueUrl=receipt.url, MessageBody=message.get("Body", ""))
+                    self.client.send_message(QueueUrl=receipt.url, MessageBody=self._handed_back_body(message))
                     self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
             self._batch(
                 "change_message_visibility_batch",
@@ -927,6 +1018,21 @@ class SqsQueue(BaseQueue):
             )
         except Exception as exc:  # noqa: BLE001 - they become visible when their timeout lapses anyway
             log.warning("could not hand back %d held message(s): %s", len(items), exc)
+
+    def _handed_back_body(self, message: dict[str, Any]) -> str:
+        """The body to re-send for a held message: the receives before the
+        held one were attempts (a run, or a worker that died), so they move
+        into the body's count instead of vanishing with the old message."""
+        body: str = message.get("Body", "")
+        earlier = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")) - 1
+        if earlier <= 0:
+            return body
+        try:
+            job = QueuedJob.decode(body, connection=self.connection)
+        except PayloadError:
+            return body  # unreadable: the next receive discards it anyway
+        job.attempts += earlier
+        return job.encode()
 
     def close(self) -> None:
         """Hand back messages a long poll brought in that no worker took."""

@@ -9,6 +9,7 @@ import pytest
 
 import rainier_sync.drivers.sqs as sqs_module
 from rainier_sync import QueuedJob, QueueManager, _clock, signals
+from rainier_sync.drivers.base import Waker
 from rainier_sync.drivers.sqs import SqsBatchError, SqsQueue, UnknownQueueError
 from rainier_sync.locks import MemoryLockStore
 from tests.support import wait_until
@@ -410,3 +411,148 @@ def test_a_send_to_a_queue_that_is_gone_names_the_job_and_queue(queues: Queues) 
         q.push_many([job(), job()])
     assert any("2 job(s) to queue 'default'" in note for note in caught.value.__notes__)
     q.close()
+
+
+def test_a_receive_failing_after_a_batch_was_taken_hands_out_what_was_taken(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=2)
+    q.push_many([job(tries=1) for _ in range(15)])
+    real = q.client.receive_message
+    calls = {"n": 0}
+
+    def second_fails(**params: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ConnectionError("network blip")
+        return real(**params)
+
+    q.client.receive_message = second_fails
+    reported: list[Any] = []
+    with signals.queue_operation_failed.connected_to(lambda sender, **kw: reported.append(kw)):
+        got = q.reserve_many(["default"], 15)
+    q.client.receive_message = real
+    # The first ten were received: they are handed out, not left to lapse and
+    # come back as an attempt that never ran (failing these TRIES=1 jobs unrun).
+    assert len(got) == 10 and all(j.attempts == 1 for j in got)
+    assert reported and "network blip" in reported[0]["error"]
+    q.acknowledge_many(got)
+    rest: list[QueuedJob] = []
+    wait_until(lambda: bool(rest.extend(q.reserve_many(["default"], 15)) or len(rest) >= 5), timeout=8)
+    assert len(rest) == 5 and q.failed_jobs(20) == []
+
+
+def test_a_receive_failing_with_nothing_taken_raises(queues: Queues) -> None:
+    q = queues.driver()
+
+    def fails(**params: Any) -> Any:
+        raise ConnectionError("network down")
+
+    q.client.receive_message = fails
+    with pytest.raises(ConnectionError, match="network down"):
+        q.reserve_many(["default"], 5)
+
+
+def test_a_held_message_goes_only_to_a_reserve_for_its_queue(queues: Queues) -> None:
+    q = queues.driver(queues=("other",), visibility_timeout=5)
+    q.push(job("other"))
+    waker = Waker()
+    try:
+        q.wait_for_jobs(["other"], 3.0, waker)  # a long poll on "other" brings it in
+        assert waker.is_set()
+        assert q.reserve_many(["default"], 5) == []
+        got = q.reserve_many(["other"], 5)
+        assert [j.queue for j in got] == ["other"]
+        q.acknowledge_many(got)
+    finally:
+        waker.close()
+        q.close()
+
+
+def test_a_message_handed_back_at_close_keeps_its_earlier_attempts(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=5)
+    q.push(job(tries=2))
+    first = q.reserve_many(["default"], 1)[0]
+    assert first.attempts == 1
+    q.release(first, 0)  # attempt 1 failed; retry at once
+    waker = Waker()
+    try:
+        q.wait_for_jobs(["default"], 3.0, waker)  # a long poll holds it ...
+        assert waker.is_set()
+    finally:
+        waker.close()
+    q.close()  # ... and hands it back
+    r = SqsQueue(
+        q.queue_urls["default"],
+        failed_queue_url=q.failed_queue_url,
+        endpoint=queues.endpoint,
+        region="us-east-1",
+        key="testing",
+        secret="testing",
+        visibility_timeout=5,
+        wait_time=1,
+    )
+    try:
+        again = reserve_eventually(r, ["default"])
+        assert again.attempts == 2  # not 1: TRIES=2 must not grant a third run
+        r.acknowledge(again)
+    finally:
+        r.close()
+
+
+def test_fail_after_the_reservation_lapsed_stores_no_second_copy(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=1)
+    q.push(job(tries=1))
+    mine = q.reserve_many(["default"], 1)[0]
+    time.sleep(1.5)
+    # Another receive takes it: attempt 2 of 1, so that receive fails it.
+    assert q.reserve_many(["default"], 1) == []
+    q.fail(mine, "boom")  # the lapsed worker's own fail, too late
+    entries = q.failed_jobs(10)
+    assert len(entries) == 1 and "never finished" in entries[0].error
+
+
+def test_a_long_release_after_the_reservation_lapsed_sends_no_copy(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=1)
+    q.push(job(tries=3))
+    mine = q.reserve_many(["default"], 1)[0]
+    time.sleep(1.5)
+    theirs = q.reserve_many(["default"], 1)[0]  # another worker's attempt 2
+    assert theirs.attempts == 2
+    q.release(mine, 1000)  # the lapsed worker's retry, past 15 minutes
+    q.extend([theirs], 5)
+    q.acknowledge(theirs)  # attempt 2 succeeded
+    wait_until(lambda: q.counts("default").total == 0, timeout=3)
+    time.sleep(0.5)
+    assert q.counts("default").total == 0  # no later copy to run it again
+
+
+def test_a_lapsed_release_changes_nothing(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=1)
+    q.push(job(tries=3))
+    mine = q.reserve_many(["default"], 1)[0]
+    time.sleep(1.5)
+    theirs = q.reserve_many(["default"], 1)[0]
+    q.extend([theirs], 5)
+    calls = count_calls(q.client)
+    q.release(mine, 0)  # would make the message another worker runs visible
+    assert calls.get("ChangeMessageVisibility", 0) == 0
+    assert q.reserve_many(["default"], 1) == []
+    q.acknowledge(theirs)
+
+
+def test_a_held_message_renewed_by_the_heartbeat_is_still_handed_out(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=2)
+    q.push(job(tries=1))
+    waker = Waker()
+    try:
+        q.wait_for_jobs(["default"], 3.0, waker)  # a long poll holds it while the worker is busy
+        assert waker.is_set()
+    finally:
+        waker.close()
+    for _ in range(3):  # the busy worker's heartbeat renews held messages too
+        time.sleep(0.6)
+        q.extend([])
+    # Dropped as stale, it would come back as attempt 2 of 1 and fail unrun.
+    got = q.reserve_many(["default"], 1)
+    assert [j.attempts for j in got] == [1]
+    q.acknowledge_many(got)
+    assert q.failed_jobs(5) == []
