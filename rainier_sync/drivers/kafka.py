@@ -1094,10 +1094,14 @@ class KafkaQueue(BaseQueue):
                 try:
                     self._commit(consumer, force=True)
                     # Jobs still running here were abandoned: free their leases for the next owner.
-                    for part in self._parts.values():
-                        for record in part.records:
-                            if record.state == _RUNNING:
-                                self.locks.release(record.key, record.owner)
+                    running = [r for part in self._parts.values() for r in part.records if r.state == _RUNNING]
+                    for record in running:
+                        self.locks.release(record.key, record.owner)
+                except Exception as exc:  # noqa: BLE001 - closing must not raise; their leases lapse
+                    log.warning("kafka: closing the consumer: %s", exc)
+                try:
+                    # Always: leave the group (revoking, so what is done is committed
+                    # and marked) rather than hold its partitions until it is dropped.
                     consumer.close()
                 except Exception as exc:  # noqa: BLE001 - closing must not raise
                     log.warning("kafka: closing the consumer: %s", exc)

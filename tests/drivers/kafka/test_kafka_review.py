@@ -187,3 +187,19 @@ def test_a_dead_letter_write_that_fails_in_reserve_strands_no_other_job(
             assert q.size("work") == 0
         finally:
             q.close()
+
+
+class NoRelease(MemoryLockStore):
+    def release(self, key: str, owner: str) -> bool:
+        raise ConnectionError("lock store down")
+
+
+@pytest.mark.kafka
+def test_close_leaves_the_group_even_when_the_lock_store_fails(kafka_brokers: str, names: dict[str, str]) -> None:
+    q = make(kafka_brokers, names, NoRelease(), partitions=1, lease=30)
+    q.push(queued())
+    assert q.reserve(["work"]) is not None  # still running when the worker closes
+    consumer = q._consumer
+    q.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        consumer.assignment()
