@@ -257,6 +257,12 @@ class SqsQueue(BaseQueue):
         self._outstanding: set[str] = set()  # message ids handed out and not settled yet
         # receipt handle -> when its reservation lapses (monotonic), by our own reckoning
         self._deadlines: dict[str, float] = {}
+        # receipt handles whose later copy or failed entry went out and whose
+        # delete did not yet: a repeated release() or fail() sends it once
+        self._copied: set[str] = set()
+        # message ids hopped whose original was not deleted yet: it comes back,
+        # and then it is only deleted (its copy went out already)
+        self._hopped: set[str] = set()
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
         self._closed = False
@@ -517,6 +523,7 @@ class SqsQueue(BaseQueue):
                 if isinstance(job.receipt, _Receipt):
                     self._outstanding.discard(job.receipt.message_id)
                     self._deadlines.pop(job.receipt.handle, None)
+                    self._copied.discard(job.receipt.handle)
 
     def _take_held(self, urls: Sequence[tuple[str, str]], limit: int) -> list[QueuedJob]:
         """Jobs from messages a long poll brought in, in queue order."""
@@ -598,11 +605,18 @@ class SqsQueue(BaseQueue):
         """Re-send a job whose delay outlasts SQS's 15 minutes with what is left."""
         receipt: _Receipt = job.receipt
         url = receipt.url
-        entry = self._entry(replace(job, receipt=None), url, _clock.now())
-        if "DelaySeconds" not in entry:
-            entry["DelaySeconds"] = min(MAX_DELAY, max(1, math.ceil(remaining)))
-        self.client.send_message(QueueUrl=url, **entry)
+        with self._lock:
+            sent = receipt.message_id in self._hopped
+        if not sent:
+            entry = self._entry(replace(job, receipt=None), url, _clock.now())
+            if "DelaySeconds" not in entry:
+                entry["DelaySeconds"] = min(MAX_DELAY, max(1, math.ceil(remaining)))
+            self.client.send_message(QueueUrl=url, **entry)
+            with self._lock:
+                self._hopped.add(receipt.message_id)
         self.client.delete_message(QueueUrl=url, ReceiptHandle=receipt.handle)
+        with self._lock:
+            self._hopped.discard(receipt.message_id)
 
     def _discard(self, queue: str, body: str, receipt: _Receipt, exc: PayloadError) -> None:
         info = ExceptionInfo.from_exception(exc)
@@ -729,8 +743,10 @@ class SqsQueue(BaseQueue):
             self._on_receipt("release", job, "change_message_visibility", VisibilityTimeout=visibility)
             self._settled([job])
             return
-        later = replace(job, receipt=None, available_at=_clock.now() + wait)
-        self.client.send_message(QueueUrl=receipt.url, **self._entry(later, receipt.url, _clock.now()))
+        if not self._was_copied(receipt):
+            later = replace(job, receipt=None, available_at=_clock.now() + wait)
+            self.client.send_message(QueueUrl=receipt.url, **self._entry(later, receipt.url, _clock.now()))
+            self._mark_copied(receipt)
         self._on_receipt("release", job, "delete_message")
         self._settled([job])
 
@@ -751,11 +767,22 @@ class SqsQueue(BaseQueue):
             )
             self._settled([job])
             return FailedJob.of(plain, info, failed_at)
-        entry = {_FAILED_MARK: 1, "job": plain.to_wire(), "error": info.to_dict(), "failed_at": failed_at}
-        self._send_failed(encode(entry))
+        if not (isinstance(job.receipt, _Receipt) and self._was_copied(job.receipt)):
+            entry = {_FAILED_MARK: 1, "job": plain.to_wire(), "error": info.to_dict(), "failed_at": failed_at}
+            self._send_failed(encode(entry))
+            if isinstance(job.receipt, _Receipt):
+                self._mark_copied(job.receipt)
         self._on_receipt("fail", job, "delete_message")
         self._settled([job])
         return FailedJob.of(plain, info, failed_at)
+
+    def _was_copied(self, receipt: _Receipt) -> bool:
+        with self._lock:
+            return receipt.handle in self._copied
+
+    def _mark_copied(self, receipt: _Receipt) -> None:
+        with self._lock:
+            self._copied.add(receipt.handle)
 
     def _send_failed(self, body: str) -> None:
         extra: dict[str, Any] = {}

@@ -556,3 +556,51 @@ def test_a_held_message_renewed_by_the_heartbeat_is_still_handed_out(queues: Que
     assert [j.attempts for j in got] == [1]
     q.acknowledge_many(got)
     assert q.failed_jobs(5) == []
+
+
+def _delete_fails_once(q: SqsQueue) -> None:
+    real = q.client.delete_message
+    state = {"failed": False}
+
+    def delete(**params: Any) -> Any:
+        if not state["failed"]:
+            state["failed"] = True
+            raise ConnectionError("delete lost")
+        return real(**params)
+
+    q.client.delete_message = delete
+
+
+def test_a_long_release_repeated_after_its_delete_failed_sends_one_copy(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=5)
+    q.push(job(tries=3))
+    mine = q.reserve_many(["default"], 1)[0]
+    _delete_fails_once(q)
+    with pytest.raises(ConnectionError):
+        q.release(mine, 1000)
+    q.release(mine, 1000)  # the worker retries the settle
+    wait_until(lambda: q.counts("default").reserved == 0, timeout=3)
+    assert q.counts("default").delayed == 1
+
+
+def test_a_fail_repeated_after_its_delete_failed_stores_one_entry(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=5)
+    q.push(job(tries=1))
+    mine = q.reserve_many(["default"], 1)[0]
+    _delete_fails_once(q)
+    with pytest.raises(ConnectionError):
+        q.fail(mine, "boom")
+    q.fail(mine, "boom")  # the worker retries the settle
+    assert [f.error for f in q.failed_jobs(10)] == ["Error: boom"]
+
+
+def test_a_hop_whose_delete_failed_is_not_sent_twice(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=1)
+    later = job(delay=2000)
+    q.client.send_message(QueueUrl=q.queue_urls["default"], MessageBody=later.encode())  # as a hop leaves it
+    _delete_fails_once(q)
+    assert q.reserve_many(["default"], 1) == []  # hopped; the delete of the original failed
+    time.sleep(1.3)  # the original comes back
+    assert q.reserve_many(["default"], 1) == []
+    wait_until(lambda: q.counts("default").ready + q.counts("default").reserved == 0, timeout=3)
+    assert q.counts("default").delayed == 1
