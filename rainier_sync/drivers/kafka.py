@@ -23,6 +23,7 @@ Design, in short (``docs/drivers/kafka.rst`` has the long form):
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import itertools
 import logging
@@ -335,28 +336,32 @@ class KafkaQueue(BaseQueue):
         return [t for t in self._admin.list_topics(timeout=10).topics if t.startswith(self.topic_prefix)]
 
     # -- producing -----------------------------------------------------------------------
-    def _produce(self, records: Sequence[tuple[str, str, bytes | None]]) -> None:
+    def _produce(self, records: Sequence[tuple[str, str, bytes | None]], acked: set[int] | None = None) -> None:
         """Write ``(topic, key, value)`` records; returns once every one is
-        acknowledged by the broker (acks=all), else raises naming how many failed."""
+        acknowledged by the broker (acks=all), else raises naming how many failed.
+        ``acked`` collects the indexes of the records the broker acknowledged."""
         self._ensure_topics({t for t, _, _ in records})
         failures: list[str] = []
         pending = [len(records)]
         expect = self._expect
 
-        def delivered(err: Any, msg: Message) -> None:
+        def delivered(index: int, err: Any, msg: Message) -> None:
             pending[0] -= 1
             if err is not None:
                 failures.append(f"{msg.topic()} key={msg.key()!r}: {err}")
             else:
+                if acked is not None:
+                    acked.add(index)
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 if topic is not None and partition is not None and offset is not None:
                     expect.note((topic, partition), offset)
 
         producer = self._producer
-        for topic, key, value in records:
+        for index, (topic, key, value) in enumerate(records):
             while True:
                 try:
-                    producer.produce(topic, value=value, key=key.encode(), on_delivery=delivered)
+                    producer.produce(topic, value=value, key=key.encode(),
+                                     on_delivery=functools.partial(delivered, index))
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -741,10 +746,16 @@ class KafkaQueue(BaseQueue):
                 if record.state == _PARKED and record.parked_since + self.park_horizon <= now and self._live(record):
                     cycle.append(record)
         if cycle:
-            self._produce([(record.part.tp[0], record.job.id, record.job.encode().encode()) for record in cycle])
-            for record in cycle:
-                record.state = _DONE
-            self._forget_stale()
+            acked: set[int] = set()
+            try:
+                self._produce([(r.part.tp[0], r.job.id, r.job.encode().encode()) for r in cycle], acked)
+            finally:
+                # Only the copies on the broker replace their records: one re-produced
+                # again next time would be a second copy, run twice.
+                for index in acked:
+                    cycle[index].state = _DONE
+                if acked:
+                    self._forget_stale()
 
     # -- settling ---------------------------------------------------------------------------------
     def _holding(self, job: QueuedJob) -> _Record | None:

@@ -203,3 +203,52 @@ def test_close_leaves_the_group_even_when_the_lock_store_fails(kafka_brokers: st
     q.close()
     with pytest.raises(RuntimeError, match="closed"):
         consumer.assignment()
+
+
+class RefuseKeyOnce:
+    """Wraps the driver's producer: the broker refuses one record, once."""
+
+    def __init__(self, producer: Any, key: str) -> None:
+        self.producer, self.key = producer, key.encode()
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, on_delivery: Any = None) -> None:
+        if key == self.key:
+            self.key = b""
+
+            class Refused:
+                def topic(self) -> str:
+                    return topic
+
+                def key(self) -> bytes:
+                    return key
+
+            on_delivery("record refused", Refused())
+            return
+        self.producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+
+@pytest.mark.kafka
+def test_a_partly_refused_re_production_of_parked_jobs_duplicates_none(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    with _frozen() as frozen:
+        q = make(kafka_brokers, names, MemoryLockStore(), partitions=1, park_horizon=5)
+        try:
+            a, b = queued(delay=600), queued(delay=600)
+            q.push_many([a, b])
+            assert q.reserve_many(["work"], 5) == []  # both parked
+            frozen.tick(10)  # past the park horizon: both are re-produced at the tail
+            real = q._producer
+            q._producer = RefuseKeyOnce(real, b.id)
+            with pytest.raises(kafka.KafkaQueueError, match="refused"):
+                q.reserve_many(["work"], 5)
+            q._producer = real
+            assert q.reserve_many(["work"], 5) == []  # re-produces what was refused
+            keys = [m.key().decode() for m in q._read_topics([q.topic("work") + ".delayed"])]
+            assert keys.count(a.id) == 2, "the original and one copy: a second copy would run the job twice"
+            assert keys.count(b.id) == 2
+        finally:
+            q.close()
