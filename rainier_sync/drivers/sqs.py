@@ -263,6 +263,7 @@ class SqsQueue(BaseQueue):
         # message ids hopped whose original was not deleted yet: it comes back,
         # and then it is only deleted (its copy went out already)
         self._hopped: set[str] = set()
+        self._poll_threads: set[threading.Thread] = set()
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
         self._closed = False
@@ -995,13 +996,15 @@ class SqsQueue(BaseQueue):
                 return
             # Only an idle worker long-polls: while its jobs run, one finishing wakes
             # it, and a once worker (which stops when nothing is due) never polls.
-            if self.wait_time > 0 and not self._outstanding:
+            if self.wait_time > 0 and not self._outstanding and not self._closed:
                 for queue, url in urls:
                     if queue not in self._polling:
                         self._polling[queue] = _clock.monotonic()
-                        threading.Thread(
+                        thread = threading.Thread(
                             target=self._long_poll, args=(queue, url), name=f"rainier-sqs-poll-{queue}", daemon=True
-                        ).start()
+                        )
+                        self._poll_threads.add(thread)
+                        thread.start()
             self._waiters.add(waker)
         try:
             waker.wait(timeout)
@@ -1018,6 +1021,7 @@ class SqsQueue(BaseQueue):
                 self._poll_error = exc
         with self._lock:
             self._polling.pop(queue, None)
+            self._poll_threads.discard(threading.current_thread())
             closed = self._closed
             if not closed:
                 self._buffer.extend(got)
@@ -1062,15 +1066,23 @@ class SqsQueue(BaseQueue):
         return job.encode()
 
     def close(self) -> None:
-        """Hand back messages a long poll brought in that no worker took."""
+        """Hand back messages a long poll brought in that no worker took, and
+        wait (up to ``wait_time``) for the long polls still in flight: SQS hands
+        a message arriving meanwhile to such a poll, and were the process gone
+        by then it would stay hidden, and its receive would count as an attempt."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             held, self._buffer = self._buffer, []
+            polls = list(self._poll_threads)
         _OPEN.discard(self)
         if held:
             self._let_go(held)
+        deadline = _clock.monotonic() + self.wait_time + 2
+        for thread in polls:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - _clock.monotonic()))  # each hands back what it got
         if self._owns_client:
             self.client.close()
 

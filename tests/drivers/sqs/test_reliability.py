@@ -19,6 +19,7 @@ from tests.support import wait_until
 from . import jobs
 from .conftest import Queues
 from .jobs import Marked, Note
+from .test_driver import job
 
 pytestmark = [pytest.mark.sqs, pytest.mark.slow]
 
@@ -108,3 +109,33 @@ def test_the_endpoint_going_away_mid_drain_is_reported_and_survived(
         if not moto_server_process.running:
             moto_server_process.start()
         queues.cleanup()
+
+
+_IDLE_THEN_EXIT = """
+import sys
+from rainier_sync.drivers.base import Waker
+from rainier_sync.drivers.sqs import SqsQueue
+q = SqsQueue(sys.argv[2], failed_queue_url=sys.argv[3], endpoint=sys.argv[1], region="us-east-1",
+             key="testing", secret="testing", visibility_timeout=3, wait_time=5)
+q.wait_for_jobs(["default"], 0.5, Waker())  # idle: a long poll starts, then the worker stops
+print("exiting", flush=True)
+"""
+
+
+def test_a_job_dispatched_while_an_exiting_worker_long_polls_is_handed_back(queues: Queues) -> None:
+    q = queues.driver(visibility_timeout=3)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _IDLE_THEN_EXIT, queues.endpoint, q.queue_urls["default"], q.failed_queue_url],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "exiting"
+    dispatched = job(tries=1)
+    q.push(dispatched)  # the exiting process's poll is still open on the server: it receives this
+    assert child.wait(timeout=30) == 0
+    got = q.reserve_many(["default"], 1)
+    # Handed back at exit, not left hidden to come back as attempt 2 of 1 (failed unrun).
+    assert [j.id for j in got] == [dispatched.id] and got[0].attempts == 1
+    q.acknowledge_many(got)
+    assert q.failed_jobs(5) == []
