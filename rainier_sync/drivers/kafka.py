@@ -763,9 +763,13 @@ class KafkaQueue(BaseQueue):
         if not isinstance(receipt, _Receipt):
             return None
         record = receipt.record
-        if record.state != _RUNNING or record.handouts != receipt.handout:
+        if record.handouts != receipt.handout:
             return None  # reclaimed and handed out again: no longer this holder's
-        return record
+        if record.state == _READY and self._live(record):
+            # Reclaimed after its lease lapsed but not handed out again: its worker
+            # was alive after all, and what it reports (or its heartbeat) still counts.
+            record.state = _RUNNING
+        return record if record.state == _RUNNING else None
 
     def _superseded(self, record: _Record) -> bool:
         """True when the job's partition moved away and its lease lapsed: the
@@ -843,17 +847,9 @@ class KafkaQueue(BaseQueue):
         ttl = self.lease if seconds is None else float(seconds)
         with self._lock:
             now = _clock.now()
-            held: list[_Record] = []
-            reclaimed: list[_Record] = []
-            for job in as_job_list(jobs):
-                record = self._holding(job)
-                if record is not None:
-                    held.append(record)
-                elif (isinstance(job.receipt, _Receipt) and job.receipt.record.state == _READY
-                      and job.receipt.record.handouts == job.receipt.handout and self._live(job.receipt.record)):
-                    reclaimed.append(job.receipt.record)  # reclaimed, not handed out again yet
+            held = [r for r in (self._holding(job) for job in as_job_list(jobs)) if r is not None]
             renewed = self.locks.renew_many([(r.key, r.owner) for r in held], ttl) if held else []
-            lapsed = [r for r, ok in zip(held, renewed, strict=True) if not ok] + reclaimed
+            lapsed = [r for r, ok in zip(held, renewed, strict=True) if not ok]
             for record, ok in zip(held, renewed, strict=True):
                 if ok:
                     record.lease_until = now + ttl

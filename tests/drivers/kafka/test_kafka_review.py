@@ -252,3 +252,28 @@ def test_a_partly_refused_re_production_of_parked_jobs_duplicates_none(
             assert keys.count(b.id) == 2
         finally:
             q.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("settle", ["acknowledge", "fail"])
+def test_a_late_settle_of_a_reclaimed_job_not_handed_out_again_counts(
+    kafka_brokers: str, names: dict[str, str], settle: str
+) -> None:
+    with _frozen() as frozen:
+        q = make(kafka_brokers, names, MemoryLockStore(), partitions=1, lease=30)
+        try:
+            job = queued()
+            q.push(job)
+            running = q.reserve(["work"])
+            assert running is not None
+            frozen.tick(60)  # its worker is slow: the lease lapses and the job is reclaimed
+            assert q.reclaim_expired() == 1
+            if settle == "acknowledge":
+                q.acknowledge(running)  # ... and then it finishes
+            else:
+                q.fail(running, "it broke")
+                assert [f.id for f in q.failed_jobs(10)] == [job.id]
+            assert q.reserve_many(["work"], 5) == [], "settled by its worker: not run a second time"
+            assert q.size("work") == 0
+        finally:
+            q.close()
