@@ -801,11 +801,19 @@ class SqsQueue(BaseQueue):
         poll brought in that no thread has taken yet)."""
         timeout = min(MAX_VISIBILITY, math.ceil(self.reservation if seconds is None else seconds))
         targets = as_job_list(jobs)
+        # A held message nobody took for a while (its queue's worker stopped, or
+        # is busy) goes back to its queue rather than being renewed for ever.
+        cutoff = _clock.monotonic() - 2 * self.reservation - self.wait_time
         with self._lock:
+            old = [item for item in self._buffer if item[2].received_at < cutoff]
+            if old:
+                self._buffer = [item for item in self._buffer if item[2].received_at >= cutoff]
             held = [
                 QueuedJob(id=receipt.message_id, name="(held)", queue=queue, payload={}, receipt=receipt)
                 for queue, _, receipt in self._buffer
             ]
+        if old:
+            self._let_go(old)
         start = _clock.monotonic()
         extended = self._batch(
             "change_message_visibility_batch",

@@ -604,3 +604,34 @@ def test_a_hop_whose_delete_failed_is_not_sent_twice(queues: Queues) -> None:
     assert q.reserve_many(["default"], 1) == []
     wait_until(lambda: q.counts("default").ready + q.counts("default").reserved == 0, timeout=3)
     assert q.counts("default").delayed == 1
+
+
+def test_a_held_message_nobody_takes_goes_back_instead_of_being_renewed_for_ever(queues: Queues) -> None:
+    q = queues.driver(queues=("other",), visibility_timeout=1)
+    q.push(job("other", tries=1))
+    waker = Waker()
+    try:
+        q.wait_for_jobs(["other"], 3.0, waker)  # a worker on "other" long-polls, then stops
+        assert waker.is_set()
+    finally:
+        waker.close()
+    deadline = time.monotonic() + 4.5
+    while time.monotonic() < deadline:  # a worker on "default" keeps beating
+        q.extend([])
+        time.sleep(0.3)
+    other = SqsQueue(
+        q.queue_urls["default"],
+        queue_urls={"other": q.queue_urls["other"]},
+        failed_queue_url=q.failed_queue_url,
+        endpoint=queues.endpoint,
+        region="us-east-1",
+        key="testing",
+        secret="testing",
+    )
+    try:
+        got = other.reserve_many(["other"], 1)  # another process's worker on "other" gets it, attempt 1
+        assert [j.attempts for j in got] == [1]
+        other.acknowledge_many(got)
+    finally:
+        other.close()
+        q.close()
