@@ -98,24 +98,24 @@ class Executor:
         started = _clock.monotonic()
         job: Job | None = None
         error: BaseException | None = None
+        interrupted = False
         try:
             with self.attempt_context(queued):
                 job = self.build(queued)
                 job.handle(context)
         except (KeyboardInterrupt, SystemExit) as exc:
-            duration = _clock.monotonic() - started
-            if queued.attempts >= queued.max_attempts:
-                # The last attempt: releasing it again would run it past TRIES, forever.
-                completion = self.conclude(queued, job, exc, context, duration)
-                completion.interrupted = True
-                return completion
-            return Completion(queued, ABANDONED, exception=exc, interrupted=True, duration=duration)
+            error, interrupted = exc, True
         except BaseException as exc:  # noqa: BLE001 - any failure fails the attempt, not the worker
             error = exc
         finally:
             self.container.flush_scoped()
         duration = _clock.monotonic() - started
-        return self.conclude(queued, job, error, context, duration)
+        if interrupted and queued.attempts < queued.max_attempts:
+            return Completion(queued, ABANDONED, exception=error, interrupted=True, duration=duration)
+        # An interrupted last attempt fails like any other: releasing it would run it past TRIES, forever.
+        completion = self.conclude(queued, job, error, context, duration)
+        completion.interrupted = interrupted
+        return completion
 
     def conclude(
         self,
