@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 from freezegun import freeze_time
 
-from rainier_sync import QueueManager
+from rainier_sync import QueuedJob, QueueManager
 from rainier_sync.drivers import MemoryQueue
 
 from . import jobs
@@ -57,17 +59,33 @@ def test_jobs_size_and_counts(manager: QueueManager, memory: MemoryQueue) -> Non
         assert memory.queue_names() == ["default", "mail"]
 
 
+def taken_over(manager: QueueManager, memory: MemoryQueue, frozen: Any) -> tuple[QueuedJob, QueuedJob]:
+    """A job reserved by a worker whose reservation lapsed, and by the one that reclaimed it."""
+    manager.dispatch(jobs.Record(1))
+    stale = memory.reserve(["default"])
+    frozen.tick(31)
+    memory.reclaim_expired()
+    current = memory.reserve(["default"])
+    assert stale is not None and current is not None and current.attempts == 2
+    return stale, current
+
+
 def test_an_acknowledge_by_a_worker_whose_reservation_was_taken_over_is_ignored(memory: MemoryQueue,
                                                                               manager: QueueManager) -> None:
     with freeze_time("2026-01-01") as frozen:
-        manager.dispatch(jobs.Record(1))
-        stale = memory.reserve(["default"])
-        frozen.tick(31)
-        memory.reclaim_expired()
-        current = memory.reserve(["default"])
-        assert stale is not None and current is not None and current.attempts == 2
+        stale, current = taken_over(manager, memory, frozen)
         memory.release(stale, 0)
         memory.acknowledge(stale)
         assert memory.reserve(["default"]) is None, "the stale holder must not disturb the new reservation"
+        memory.acknowledge(current)
+        assert memory.size() == 0
+
+
+def test_a_fail_by_a_worker_whose_job_was_reclaimed_stores_nothing(manager: QueueManager,
+                                                                   memory: MemoryQueue) -> None:
+    with freeze_time("2026-01-01") as frozen:
+        stale, current = taken_over(manager, memory, frozen)
+        memory.fail(stale, "too late")
+        assert memory.failed == [] and memory.size() == 1
         memory.acknowledge(current)
         assert memory.size() == 0

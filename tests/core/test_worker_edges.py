@@ -171,20 +171,3 @@ def test_the_memory_driver_keeps_payloads_as_json_would(registry: JobRegistry) -
         frozen.tick(5)
         memory.drain()
     assert jobs.calls == [("mutates", [1, 2]), ("mutates", [1, 2])], "a retry sees the payload as dispatched"
-
-
-def test_a_fail_by_a_worker_whose_job_was_reclaimed_stores_nothing(manager: QueueManager,
-                                                                   memory: MemoryQueue) -> None:
-    from freezegun import freeze_time
-
-    with freeze_time("2026-01-01") as frozen:
-        manager.dispatch(jobs.Record(1))
-        stale = memory.reserve(["default"])
-        frozen.tick(31)
-        memory.reclaim_expired()
-        current = memory.reserve(["default"])
-        assert stale is not None and current is not None
-        memory.fail(stale, "too late")
-        assert memory.failed == [] and memory.size() == 1
-        memory.acknowledge(current)
-        assert memory.size() == 0
