@@ -1,18 +1,18 @@
 """The worker: one owning loop talks to the backend, a thread pool runs handlers.
 
-The owning loop claims jobs for free threads (a batch per round trip),
-acknowledges completions in batches, renews reservations of running jobs
-(heartbeats), reclaims lapsed reservations now and then, and sleeps on a
-:class:`~rainier_sync.drivers.base.Waker` that the backend, a finishing job or
-:meth:`Worker.stop` can set. Pool threads only run handlers, so a driver needs
-one connection per worker process, not one per thread.
+The owning loop claims jobs for free threads, plus a prefetch sized by how fast
+jobs finish (a batch per round trip), acknowledges completions in batches (with
+the next claim, where the driver can do both at once), renews reservations of
+claimed jobs (heartbeats), reclaims lapsed reservations now and then, and
+sleeps on a :class:`~rainier_sync.drivers.base.Waker` that the backend, a
+finishing job or :meth:`Worker.stop` can set. Pool threads only run handlers,
+so a driver needs one connection per worker process, not one per thread.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-import queue as queue_module
 import signal
 import threading
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _clock, signals
 from ._execution import ABANDONED, FAILED, PROCESSED, RELEASED, Completion, Executor
+from ._pool import Pool
 from ._supervisor import Supervisor, load_child_setup, supported
 from .errors import ConfigurationError, QueueUnavailableError
 from .types import ExceptionInfo, QueuedJob
@@ -37,6 +38,10 @@ log = logging.getLogger("rainier_sync")
 
 #: Backend failures in a row after which a ``once`` worker gives up.
 ONCE_GIVE_UP = 6
+#: Seconds of work, at the jobs' measured pace, a worker claims ahead of its threads.
+PREFETCH_WINDOW = 0.05
+#: Seconds a finished job may wait to be acknowledged with the next batch while the worker is busy.
+ACK_DELAY = 0.005
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False, allow_none: bool = False) -> None:
@@ -65,6 +70,12 @@ class WorkerOptions:
       of the driver's reservation).
     - ``reclaim_interval``: seconds between sweeps for lapsed reservations.
     - ``max_jobs_per_child``: attempts a timeout child runs before it is replaced.
+    - ``prefetch``: the most jobs claimed ahead of the threads, so that short
+      jobs are claimed and acknowledged many to a round trip. The worker uses
+      only as much of it as its threads would start within
+      :data:`PREFETCH_WINDOW` at the jobs' measured pace, so long jobs are still
+      claimed one per free thread and left for other workers. 0 claims only for
+      free threads. ``None``: 8 per thread.
     - ``child_setup``: ``"package.module:function"`` called in each new timeout
       child before its first attempt, to reopen what must not be shared across
       a fork; it may return a :class:`~rainier_sync.Container` for the child to
@@ -83,6 +94,7 @@ class WorkerOptions:
     reclaim_interval: float = 60.0
     max_jobs_per_child: int | None = 1000
     child_setup: str | None = None
+    prefetch: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str):
@@ -102,7 +114,16 @@ class WorkerOptions:
         _positive("heartbeat", self.heartbeat, allow_none=True)
         _positive("reclaim_interval", self.reclaim_interval)
         _positive("max_jobs_per_child", self.max_jobs_per_child, allow_none=True)
+        if self.prefetch is not None and (
+            isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0
+        ):
+            raise ConfigurationError(f"worker option prefetch must be an int >= 0 or None, got {self.prefetch!r}")
         load_child_setup(self.child_setup)
+
+    @property
+    def most_ahead(self) -> int:
+        """The prefetch limit in jobs (``prefetch``, or its default)."""
+        return 8 * self.concurrency if self.prefetch is None else self.prefetch
 
 
 @dataclass
@@ -145,23 +166,35 @@ class Worker:
         self._stop = threading.Event()
         self._stopped_at: float | None = None
         self._waker = Waker()
-        self._inbox: queue_module.SimpleQueue[tuple[QueuedJob, threading.Event] | None] = queue_module.SimpleQueue()
+        self._pool: Pool[QueuedJob] | None = None
+        #: Attempts finished by pool threads, not yet seen by the owning loop.
         self._done: collections.deque[Completion] = collections.deque()
+        #: Every job claimed and not yet settled: waiting in the pool, running, or finished.
         self._running: dict[str, QueuedJob] = {}
         # What running jobs see as context.stop_requested: one notice for all of
         # them (set by stop()), apart from the worker's own stop flag.
         self._stop_notice = threading.Event()
+        #: Finished attempts the owning loop has yet to apply to the backend.
         self._unsettled: list[Completion] = []
-        self._threads: list[threading.Thread] = []
+        self._unsettled_since = 0.0
+        #: Claimed jobs that never started, to hand back at stop.
+        self._unstarted: list[QueuedJob] = []
         self._thread: threading.Thread | None = None
         self._taken = 0
-        self._busy = 0
-        self._busy_lock = threading.Lock()
+        #: Finished attempts at which a pool thread wakes the owning loop to settle and claim.
+        self._refill_at = 1
+        #: The recent mean duration of an attempt (seconds), for sizing the prefetch.
+        self._pace: float | None = None
+        self._rank = {queue: index for index, queue in enumerate(self.options.queues)}
+        from .drivers.base import BaseQueue as _Base
+
+        self._combined = type(self.driver).acknowledge_and_reserve is not _Base.acknowledge_and_reserve
         self._supervisor: Supervisor | None = None
         self._supervisor_lock = threading.Lock()
         self._supervisor_warned = False
         self._child_setup = load_child_setup(self.options.child_setup)
         self._children_interrupted_at: float | None = None
+        self._last_error = ""
 
     # -- control -----------------------------------------------------------------------
     @property
@@ -169,12 +202,16 @@ class Worker:
         return self._stop.is_set()
 
     def stop(self, grace: float | None = None) -> None:
-        """Take no new job; let running ones finish (up to the grace period)."""
+        """Take no new job; let running ones finish (up to the grace period).
+        Jobs claimed ahead and not started go back to the queue."""
         if grace is not None:
             self.options.grace = grace
         if not self._stop.is_set():
             self._stopped_at = _clock.monotonic()
             self._stop.set()
+        pool = self._pool
+        if pool is not None:
+            pool.pause()
         self._stop_notice.set()
         self._waker.set()
 
@@ -224,7 +261,7 @@ class Worker:
         next_beat = self._next_beat = _clock.monotonic() + beat if beat else float("inf")
         next_reclaim = 0.0
         failures = 0
-        self._start_pool()
+        pool = self._start_pool()
         try:
             while True:
                 self._waker.clear()
@@ -239,10 +276,12 @@ class Worker:
                 if now >= next_reclaim:
                     next_reclaim = now + opts.reclaim_interval
                     self._backend("reclaim_expired", driver.reclaim_expired)
-                if not self._settle():
-                    failures = self._backend_failed(failures)
-                    continue
+                self._collect(now)
                 if self._stop.is_set():
+                    self._unstarted.extend(pool.hold())
+                    if not self._give_back() or not self._settle():
+                        failures = self._backend_failed(failures)
+                        continue
                     if not self._running and not self._unsettled:
                         break
                     if self._grace_over():
@@ -253,40 +292,65 @@ class Worker:
                         break
                     self._waker.wait(0.1)
                     continue
-                limit = opts.concurrency - self._busy - len(self._unsettled)
+                capacity, refill = self._capacity()
+                waiting = pool.waiting()
+                limit = capacity - len(self._running) + len(self._unsettled)
                 if opts.max_jobs is not None:
                     limit = min(limit, opts.max_jobs - self._taken)
                     if limit <= 0 and not self._running and not self._unsettled:
                         break
-                jobs: list[QueuedJob] = []
-                if limit > 0:
-                    got = self._backend("reserve", driver.reserve_many, opts.queues, limit)
-                    if got is None:
-                        failures = self._backend_failed(failures)
+                if limit <= 0 or (limit < refill and waiting):
+                    # Nothing worth a round trip yet: settle only what should not wait longer.
+                    if self._unsettled and (
+                        not waiting or len(self._unsettled) >= refill or now - self._unsettled_since >= ACK_DELAY
+                    ):
+                        if not self._settle():
+                            failures = self._backend_failed(failures)
                         continue
-                    failures = 0
-                    jobs = got
-                for job in jobs:
-                    self._hand_out(job)
-                if jobs:
+                    timeout = None if beat is None else max(0.0, next_beat - now)
+                    if self._unsettled:
+                        timeout = max(0.0, self._unsettled_since + ACK_DELAY - now)
+                    self._waker.wait(timeout)
                     continue
-                if limit > 0:
-                    if opts.once and not self._running and not self._done:
-                        break
-                    if not self._running:
-                        self.stats.idles += 1
-                    busy = bool(self._running or self._unsettled)
-                    wait = opts.sleep if beat is None or not busy else min(opts.sleep, max(0.0, next_beat - now))
-                    try:
-                        driver.wait_for_jobs(opts.queues, wait, self._waker)
-                    except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come
-                        self._operation_failed("wait_for_jobs", exc)
-                        self._waker.wait(wait)
-                else:
-                    self._waker.wait(None if beat is None else max(0.0, next_beat - now))
+                jobs = self._settle_and_claim(limit)
+                if jobs is None:
+                    failures = self._backend_failed(failures)
+                    continue
+                failures = 0
+                if jobs:
+                    self._hand_out(pool, jobs)
+                    continue
+                if opts.once and not self._running and not self._done:
+                    break
+                if not self._running:
+                    self.stats.idles += 1
+                busy = bool(self._running or self._unsettled)
+                wait = opts.sleep if beat is None or not busy else min(opts.sleep, max(0.0, next_beat - now))
+                try:
+                    driver.wait_for_jobs(opts.queues, wait, self._waker)
+                except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come
+                    self._operation_failed("wait_for_jobs", exc)
+                    self._waker.wait(wait)
         finally:
             self._stop_pool()
         return self.stats
+
+    def _capacity(self) -> tuple[int, int]:
+        """Jobs this worker may hold claimed now, and the free room worth a round trip.
+
+        Threads, plus as many jobs ahead as the threads would start within
+        PREFETCH_WINDOW at the recent pace; none ahead until a job has finished.
+        """
+        threads = self.options.concurrency
+        most = self.options.most_ahead
+        pace = self._pace
+        if not most or pace is None:
+            ahead = 0
+        else:
+            ahead = min(most, int(threads * PREFETCH_WINDOW / max(pace, 1e-6)))
+        capacity = threads + ahead
+        refill = self._refill_at = max(1, capacity // 4) if ahead else 1
+        return capacity, refill
 
     def _backend_failed(self, failures: int) -> int:
         """Pause after a failed backend operation (longer each time, at most 5 s).
@@ -310,47 +374,134 @@ class Worker:
     def _grace_over(self) -> bool:
         return self._stopped_at is not None and _clock.monotonic() - self._stopped_at >= self.options.grace
 
-    def _hand_out(self, job: QueuedJob) -> None:
-        self._running[job.id] = job
-        self._taken += 1
-        with self._busy_lock:
-            self._busy += 1
-        self._inbox.put((job, self._stop_notice))
+    def _hand_out(self, pool: Pool[QueuedJob], jobs: list[QueuedJob]) -> None:
+        running = self._running
+        for job in jobs:
+            running[job.id] = job
+        self._taken += len(jobs)
+        rank = self._rank
+        pool.submit(jobs, key=lambda job: (rank.get(job.queue, 0), job.priority))
+
+    def _collect(self, now: float) -> None:
+        """Move what the pool threads finished to the owning loop's own list."""
+        done = self._done
+        if done:
+            if not self._unsettled:
+                self._unsettled_since = now
+            while done:
+                self._unsettled.append(done.popleft())
 
     def _settle(self) -> bool:
-        """Apply finished attempts to the backend; False when the backend failed."""
-        while self._done:
-            self._unsettled.append(self._done.popleft())
+        """Apply every finished attempt to the backend; False when the backend failed."""
+        self._collect(_clock.monotonic())
         if not self._unsettled:
             return True
+        acks = self._apply_others()
+        if acks is None:
+            return False
+        if acks:
+            try:
+                self.driver.acknowledge_many([c.job for c in acks])
+            except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
+                self._operation_failed("settle", exc)
+                self._unsettled = acks + self._unsettled
+                return False
+            self._announce(acks)
+        return True
+
+    def _settle_and_claim(self, limit: int) -> list[QueuedJob] | None:
+        """Acknowledge what finished and claim up to ``limit`` jobs, in one round
+        trip where the driver allows; None when the backend failed."""
+        acks = self._apply_others()
+        if acks is None:
+            return None
+        driver = self.driver
+        queues = self.options.queues
+        if acks and self._combined:
+            try:
+                jobs: list[QueuedJob] = driver.acknowledge_and_reserve([c.job for c in acks], queues, limit)
+            except Exception as exc:  # noqa: BLE001 - acknowledged again next time: harmless
+                self._operation_failed("settle", exc)
+                self._unsettled = acks + self._unsettled
+                return None
+            self._announce(acks)
+            return jobs
+        if acks:
+            try:
+                driver.acknowledge_many([c.job for c in acks])
+            except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
+                self._operation_failed("settle", exc)
+                self._unsettled = acks + self._unsettled
+                return None
+            self._announce(acks)
+        found: list[QueuedJob] | None = self._backend("reserve", driver.reserve_many, queues, limit)
+        return found
+
+    def _apply_others(self) -> list[Completion] | None:
+        """Release or fail the attempts that did not succeed, one call each; returns
+        the successful ones, left to acknowledge in a batch (None when the backend failed)."""
         batch, self._unsettled = self._unsettled, []
+        acks = [c for c in batch if c.outcome == PROCESSED]
+        if len(acks) == len(batch):
+            return acks
         applied: list[Completion] = []
         try:
-            self.executor.apply_many(self.driver, batch, applied)
+            for completion in batch:
+                if completion.outcome != PROCESSED:
+                    self.executor.apply(self.driver, completion)
+                    applied.append(completion)
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
             self._operation_failed("settle", exc)
-            # apply_many is not transactional: retry only what it did not perform.
+            # Not transactional: retry only what was not performed (a second fail()
+            # would store the job twice, a second signal would count it twice).
             performed = {id(c) for c in applied}
-            self._unsettled = [c for c in batch if id(c) not in performed] + self._unsettled
+            self._unsettled = [c for c in batch if id(c) not in performed]
             self._account(applied)
-            return False
-        self._account(batch)
-        return True
+            return None
+        self._account(applied)
+        return acks
+
+    def _announce(self, acks: list[Completion]) -> None:
+        announce = self.executor.announce
+        for completion in acks:
+            announce(completion)
+        self._account(acks)
 
     def _account(self, completions: Sequence[Completion]) -> None:
         """Count settled completions, and stop when a job raised SystemExit or KeyboardInterrupt."""
+        running = self._running
+        stats = self.stats
+        pace = self._pace
         for completion in completions:
-            self._running.pop(completion.job.id, None)
+            running.pop(completion.job.id, None)
             outcome = completion.outcome
+            duration = completion.duration
+            pace = duration if pace is None else pace + 0.1 * (duration - pace)
             if outcome == PROCESSED:
-                self.stats.processed += 1
+                stats.processed += 1
             elif outcome == RELEASED:
-                self.stats.released += 1
+                stats.released += 1
             elif outcome == FAILED:
-                self.stats.failed += 1
+                stats.failed += 1
             if completion.interrupted and not self._stop.is_set():
                 log.warning("a job raised %s: stopping the worker", type(completion.exception).__name__)
                 self.stop()
+        self._pace = pace
+
+    def _give_back(self) -> bool:
+        """Hand back the claimed jobs that never started (at stop); False when the backend failed."""
+        if not self._unstarted:
+            return True
+        jobs = self._unstarted
+        try:
+            self.driver.give_back(jobs)
+        except Exception as exc:  # noqa: BLE001 - retried; at worst their reservations lapse
+            self._operation_failed("give_back", exc)
+            return False
+        self._unstarted = []
+        for job in jobs:
+            self._running.pop(job.id, None)
+        return True
 
     def _heartbeat(self) -> None:
         jobs = list(self._running.values())
@@ -372,11 +523,12 @@ class Worker:
         left = len(self._running)
         if left:
             log.warning(
-                "grace period over: abandoning %d running job(s); their reservations will lapse "
+                "grace period over: abandoning %d claimed job(s); their reservations will lapse "
                 "and another worker will run them again",
                 left,
             )
         self._running.clear()
+        self._unstarted = []
 
     def _backend(self, operation: str, fn: Any, *args: Any) -> Any:
         try:
@@ -399,45 +551,40 @@ class Worker:
         )
 
     # -- the pool ----------------------------------------------------------------------
-    def _start_pool(self) -> None:
+    def _start_pool(self) -> Pool[QueuedJob]:
         self._children_interrupted_at = None
         if self.options.timeout is not None or any(c.TIMEOUT is not None for c in self.registry.classes()):
             # Fork the fork server now, from this thread, while no pool thread is running.
             self._get_supervisor()
-        for index in range(self.options.concurrency):
-            thread = threading.Thread(target=self._pool_thread, name=f"rainier-job-{index}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        pool = self._pool = Pool(self.options.concurrency, self._run_claimed)
+        if self._stop.is_set():
+            pool.pause()
+        return pool
 
     def _stop_pool(self) -> None:
-        for _ in self._threads:
-            self._inbox.put(None)
+        pool, self._pool = self._pool, None
         with self._supervisor_lock:
             supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
             supervisor.close()
-        if self._busy:
-            return  # abandoned jobs still hold their threads; they are daemons
-        deadline = _clock.monotonic() + 1.0
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - _clock.monotonic()))
-        self._threads.clear()
+        if pool is not None:
+            pool.close(timeout=1.0)
 
-    def _pool_thread(self) -> None:
-        inbox, done, waker = self._inbox, self._done, self._waker
-        while True:
-            item = inbox.get()
-            if item is None:
-                return
-            job, stop_requested = item
-            try:
-                completion = self.run_attempt(job, stop_requested)
-            except BaseException as exc:  # noqa: BLE001 - never lose a completion
-                completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
-            with self._busy_lock:
-                self._busy -= 1
-            done.append(completion)
-            waker.set()
+    def _run_claimed(self, job: QueuedJob) -> None:
+        """A pool thread's work: run one attempt, report it, and wake the owning
+        loop when there is something for it to do."""
+        try:
+            completion = self.run_attempt(job, self._stop_notice)
+        except BaseException as exc:  # noqa: BLE001 - never lose a completion
+            completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
+        done = self._done
+        done.append(completion)
+        finished = len(done)
+        pool = self._pool
+        # The first completion (to start the acknowledgement clock), enough of them
+        # for a batch, or a pool with nothing left to start.
+        if finished == 1 or finished >= self._refill_at or pool is None or not pool.waiting():
+            self._waker.set()
 
     def attempt_timeout(self, job: QueuedJob) -> float | None:
         """The time limit of this attempt: its job's ``TIMEOUT``, else the worker's."""

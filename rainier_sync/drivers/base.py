@@ -179,6 +179,25 @@ class BaseQueue(ABC):
         for job in jobs:
             self.acknowledge(job)
 
+    def acknowledge_and_reserve(self, done: Sequence[QueuedJob], queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        """Acknowledge ``done``, then reserve up to ``limit`` jobs as
+        :meth:`reserve_many` does: in one round trip, for a driver that can.
+
+        When it raises, nothing was reserved, and the acknowledgements may or may
+        not have been applied: the worker sends them again, so acknowledging a
+        job twice must be harmless.
+        """
+        if done:
+            self.acknowledge_many(done)
+        return self.reserve_many(queues, limit)
+
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Return reserved jobs that never started (a stopping worker's prefetch):
+        available again at once, their reservation's attempt not counted where
+        the backend allows. The default releases them, which counts it."""
+        for job in jobs:
+            self.release(job, 0)
+
     @abstractmethod
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         """Put a reserved job back, available again after ``delay`` seconds."""

@@ -801,6 +801,11 @@ class KafkaQueue(BaseQueue):
             if self._consumer is not None:
                 self._commit(self._consumer)
 
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Unstarted jobs are produced again at once, their attempt uncounted."""
+        for job in jobs:
+            self.release(replace(job, attempts=max(0, job.attempts - 1)), 0)
+
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         with self._lock:
             record = self._holding(job)

@@ -127,6 +127,21 @@ class MemoryQueue(BaseQueue):
                 self._reserved.pop(job.id, None)
                 self._jobs.pop(job.id, None)
 
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Unstarted jobs go back at once, without counting their attempt."""
+        now = _clock.now()
+        with self._mutex:
+            for job in jobs:
+                if not self._holds(job):
+                    continue
+                del self._reserved[job.id]
+                stored = self._jobs.pop(job.id)
+                stored.attempts = max(0, stored.attempts - 1)
+                self._enqueue(stored, now)
+            waiters = list(self._waiters)
+        for waker in waiters:
+            waker.set()
+
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         now = _clock.now()
         with self._mutex:

@@ -151,6 +151,18 @@ class RedisLockStore(LockStore):
 # Lua: every multi-step change to the queue is one script, so it is atomic
 # ---------------------------------------------------------------------------
 
+# A reservation's member in ``P<queue>:reserved``: "band|entry", padded past
+# ``zset-max-listpack-value`` (64 bytes by default) so that the set is a skiplist
+# from its first member on. In a small set's listpack every insert scans the
+# whole list: a batch of 72 reservations cost a reserve 240 us of server time
+# that way, against 26 us in a skiplist.
+_HELD = """
+local function held(band, id)
+  local m = band .. '|' .. id
+  return m .. string.rep(' ', 72 - #m)
+end
+"""
+
 # Shared by the scripts that put a job (back) on a queue. A job due later than
 # ``now`` waits in the delayed set as "band|attempts|json"; a due one is added
 # to its band's stream. ``wake`` publishes once until some worker reserves
@@ -233,7 +245,9 @@ return 1
 # ARGV: prefix, group, consumer, now, deadline, limit, promote_batch, queues...
 # Promotes due delayed jobs, then reads up to ``limit`` entries, queues in the
 # order given and bands lowest first, recording each reservation's deadline.
-_RESERVE = """
+_RESERVE = (
+    _HELD
+    + """
 local P, group, consumer = ARGV[1], ARGV[2], ARGV[3]
 local now_s, deadline = ARGV[4], ARGV[5]
 local left, promote = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -273,21 +287,7 @@ for i = 8, #ARGV do
         local deadlines = {}
         for _, e in ipairs(entries) do
           deadlines[#deadlines + 1] = deadline
-          deadlines[#deadlines + 1] = band .. '|' .. e[1]
-          local j, a = nil, '0'
-          for k = 1, #e[2], 2 do
-            if e[2][k] == 'j' then
-              j = e[2][k + 1]
-            elseif e[2][k] == 'a' then
-              a = e[2][k + 1]
-            end
-          end
-          -- one string per job keeps the reply cheap to parse: queue, band, id, attempts, then the envelope
-          if j then
-            out[#out + 1] = q .. '\\n' .. band .. '\\n' .. e[1] .. '\\n' .. a .. '\\nj' .. j
-          else
-            out[#out + 1] = q .. '\\n' .. band .. '\\n' .. e[1] .. '\\n' .. a .. '\\n-'
-          end
+          deadlines[#deadlines + 1] = held(band, e[1])
           -- in slices: unpack() stops near 8000 values, and an error here would leave
           -- the entries just read pending with no reservation on record
           if #deadlines >= 1000 then
@@ -298,6 +298,8 @@ for i = 8, #ARGV do
         if #deadlines > 0 then
           redis.call('ZADD', base .. 'reserved', unpack(deadlines))
         end
+        -- the entries as XREADGROUP gave them: the client's parser takes them apart
+        out[#out + 1] = {q, band, entries}
         left = left - #entries
         if left <= 0 then
           break
@@ -308,9 +310,12 @@ for i = 8, #ARGV do
 end
 return out
 """
+)
 
 # ARGV: prefix, group, then per stream: queue, band, n, id1..idn
-_ACK = """
+_ACK = (
+    _HELD
+    + """
 local P, group = ARGV[1], ARGV[2]
 local i = 3
 while i <= #ARGV do
@@ -319,7 +324,7 @@ while i <= #ARGV do
   local ids, members = {}, {}
   for k = 1, n do
     ids[k] = ARGV[i + 2 + k]
-    members[k] = band .. '|' .. ids[k]
+    members[k] = held(band, ids[k])
   end
   redis.call('XACK', stream, group, unpack(ids))
   redis.call('XDEL', stream, unpack(ids))
@@ -328,14 +333,16 @@ while i <= #ARGV do
 end
 return 1
 """
+)
 
 # ARGV: prefix, group, queue, band, id, now, due, attempts, json
 _RELEASE = (
     _PUSH_LIB
+    + _HELD
     + """
 local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local base = P .. q .. ':'
-if redis.call('ZREM', base .. 'reserved', band .. '|' .. id) == 0 then
+if redis.call('ZREM', base .. 'reserved', held(band, id)) == 0 then
   return 0
 end
 redis.call('XACK', base .. 'ready:' .. band, group, id)
@@ -350,10 +357,12 @@ return 1
 # With ``held`` = '1', only a reservation still on record is failed: one that lapsed
 # and was put back is the requeued job's to decide, and a failed copy beside it
 # would let a retry queue the job twice.
-_FAIL = """
+_FAIL = (
+    _HELD
+    + """
 local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local base = P .. q .. ':'
-if redis.call('ZREM', base .. 'reserved', band .. '|' .. id) == 0 and ARGV[9] == '1' then
+if redis.call('ZREM', base .. 'reserved', held(band, id)) == 0 and ARGV[9] == '1' then
   return 0
 end
 redis.call('XACK', base .. 'ready:' .. band, group, id)
@@ -362,23 +371,28 @@ redis.call('HSET', P .. 'failed', ARGV[6], ARGV[7])
 redis.call('ZADD', P .. 'failed:index', ARGV[8], ARGV[6])
 return 1
 """
+)
 
 # ARGV: prefix, group, consumer, deadline, then (queue, band, id) per job.
 # Only a reservation still on record is renewed: a lapsed, reclaimed one is not revived.
-_EXTEND = """
+_EXTEND = (
+    _HELD
+    + """
 local P, group, consumer, deadline = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local renewed = 0
 for i = 5, #ARGV, 3 do
   local q, band, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local reserved = P .. q .. ':reserved'
-  if redis.call('ZSCORE', reserved, band .. '|' .. id) then
-    redis.call('ZADD', reserved, deadline, band .. '|' .. id)
+  local m = held(band, id)
+  if redis.call('ZSCORE', reserved, m) then
+    redis.call('ZADD', reserved, deadline, m)
     redis.call('XCLAIM', P .. q .. ':ready:' .. band, group, consumer, 0, id, 'JUSTID')
     renewed = renewed + 1
   end
 end
 return renewed
 """
+)
 
 # ARGV: prefix, group, consumer, now, min_idle_ms, batch, forget_consumer_ms
 # Lapsed reservations (by the client's clock) go back on their stream with one
@@ -386,6 +400,7 @@ return renewed
 # reservation on record that Redis has seen idle for longer than a reservation.
 _RECLAIM = (
     _PUSH_LIB
+    + _HELD
     + """
 local P, group, consumer, now_s = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local min_idle, batch, forget = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -394,7 +409,7 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. 'queues')) do
   local base = P .. q .. ':'
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', base .. 'reserved', '-inf', now_s, 'LIMIT', 0, batch)) do
     redis.call('ZREM', base .. 'reserved', m)
-    local band, id = string.match(m, '^(-?%d+)|(.+)$')
+    local band, id = string.match(m, '^(-?%d+)|(%S+)')
     if band then
       n = n + requeue(P, group, q, band, id)
     end
@@ -408,7 +423,7 @@ for _, q in ipairs(redis.call('SMEMBERS', P .. 'queues')) do
         break
       end
       for _, id in ipairs(claimed[2]) do
-        if not redis.call('ZSCORE', base .. 'reserved', band .. '|' .. id) then
+        if not redis.call('ZSCORE', base .. 'reserved', held(band, id)) then
           n = n + requeue(P, group, q, band, id)
         end
       end
@@ -708,32 +723,37 @@ class RedisQueue(BaseQueue):
         rows = self._on_loop_connection("reserve", args)
         jobs: list[QueuedJob] = []
         connection = self.connection
-        for row in rows:
-            queue_raw, band, entry, attempts, body = row.split(b"\n", 4)
+        decode_job = QueuedJob.decode
+        for queue_raw, band, entries in rows:
             queue = queue_raw.decode()
-            try:
-                if body[:1] != b"j":
-                    raise PayloadError("the stream entry has no 'j' (job) field")
-                body = body[1:]
-                if not attempts.isdigit():
-                    raise PayloadError(f"the stream entry's attempts field is not a count: {attempts!r}")
-                job = QueuedJob.decode(body, connection=connection, receipt=_Receipt(queue, band, entry, body))
-            except PayloadError as exc:
+            for entry, fields in entries:
                 try:
-                    self._discard(queue, band, entry, exc)
-                except Exception as error:  # noqa: BLE001 - the jobs reserved with it must still be handed out
-                    log.error(
-                        "queue %r: could not move unreadable stream entry %s to the failed store (%s); "
-                        "it is looked at again when its reservation lapses",
-                        queue,
-                        entry.decode(),
-                        error,
-                    )
-                continue
-            job.attempts = int(attempts) + 1
+                    if len(fields) == 4 and fields[0] == b"j" and fields[2] == b"a":
+                        body, attempts = fields[1], fields[3]
+                    else:
+                        named = dict(zip(fields[::2], fields[1::2], strict=False))
+                        if b"j" not in named:
+                            raise PayloadError("the stream entry has no 'j' (job) field")
+                        body, attempts = named[b"j"], named.get(b"a", b"0")
+                    if not attempts.isdigit():
+                        raise PayloadError(f"the stream entry's attempts field is not a count: {attempts!r}")
+                    job = decode_job(body, connection=connection, receipt=_Receipt(queue, band, entry, body))
+                except PayloadError as exc:
+                    try:
+                        self._discard(queue, band, entry, exc)
+                    except Exception as error:  # noqa: BLE001 - the jobs reserved with it must still be handed out
+                        log.error(
+                            "queue %r: could not move unreadable stream entry %s to the failed store (%s); "
+                            "it is looked at again when its reservation lapses",
+                            queue,
+                            entry.decode(),
+                            error,
+                        )
+                    continue
+                job.attempts = int(attempts) + 1
+                jobs.append(job)
             if (queue, band) not in self._streams_read:
                 self._streams_read.add((queue, band))
-            jobs.append(job)
         return jobs
 
     def _discard(self, queue: str, band: bytes, entry: bytes, exc: PayloadError) -> None:
@@ -939,6 +959,14 @@ class RedisQueue(BaseQueue):
             return self._scripts[script](args=args)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
+        self._put_back(job, delay, job.attempts)
+
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Unstarted jobs go back on their stream at once, their attempt uncounted."""
+        for job in jobs:
+            self._put_back(job, 0.0, max(0, job.attempts - 1))
+
+    def _put_back(self, job: QueuedJob, delay: float, attempts: int) -> None:
         receipt = self._receipt(job)
         if receipt is None:
             return
@@ -954,7 +982,7 @@ class RedisQueue(BaseQueue):
                 receipt.entry,
                 _num(now),
                 _num(due),
-                str(job.attempts),
+                str(attempts),
                 receipt.body,
             ],
         )

@@ -233,3 +233,15 @@ def test_size_counts_reserved_jobs(q: BaseQueue) -> None:
     q.push(job())
     assert q.reserve(["default"]) is not None
     assert q.size("default") == 1
+
+
+def test_give_back_returns_an_unstarted_job_at_once(h: Harness, q: BaseQueue) -> None:
+    first, second = job(), job()
+    q.push_many([first, second])
+    taken = reserve_all(q, ["default"], 2)
+    assert len(taken) == 2
+    q.give_back(taken)
+    again = reserve_all(q, ["default"], 2)
+    assert sorted(j.id for j in again) == sorted([first.id, second.id])
+    if "give back a job without counting its attempt" not in h.lacks:
+        assert [j.attempts for j in again] == [1, 1], "a job that never started has not been attempted"

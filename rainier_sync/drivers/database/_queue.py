@@ -340,7 +340,25 @@ class DatabaseQueue(BaseQueue):
 
     # -- consuming -------------------------------------------------------------------------
     def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        return self._reserve(queues, limit, ())
+
+    def acknowledge_and_reserve(self, done: Sequence[QueuedJob], queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        """On PostgreSQL one statement deletes the finished jobs and claims the next
+        batch; on SQLite one transaction does both. Either way it is atomic: when it
+        raises, neither happened."""
+        combined = self.claim == "skip_locked" or self.dialect == SQLITE
+        if not combined or limit <= 0:
+            return super().acknowledge_and_reserve(done, queues, limit)
+        done = list(done)
+        if len(done) > 500:
+            self.acknowledge_many(done[:-500])
+            done = done[-500:]
+        return self._reserve(queues, limit, done)
+
+    def _reserve(self, queues: Sequence[str], limit: int, acks: Sequence[QueuedJob]) -> list[QueuedJob]:
         if limit <= 0:
+            if acks:
+                self.acknowledge_many(acks)
             return []
         taken: list[QueuedJob] = []
         for queue in queues:
@@ -349,9 +367,9 @@ class DatabaseQueue(BaseQueue):
                 break
             try:
                 if self.claim == "skip_locked":
-                    rows = self._claim_skip_locked(queue, want)
+                    rows = self._claim_skip_locked(queue, want, acks)
                 elif self.dialect == SQLITE:
-                    rows = self._claim_sqlite(queue, want)
+                    rows = self._claim_sqlite(queue, want, acks)
                 else:
                     rows = self._claim_optimistic(queue, want)
             except Exception:
@@ -366,23 +384,34 @@ class DatabaseQueue(BaseQueue):
                     exc_info=True,
                 )
                 break
+            acks = ()
             rows.sort(key=lambda row: (row[6], row[7], row[0]))
             taken.extend(self._decode_claimed(rows))
+        if acks:  # no queue was tried
+            self.acknowledge_many(acks)
         return taken
 
-    def _claim_skip_locked(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
+    def _claim_skip_locked(self, queue: str, limit: int, acks: Sequence[QueuedJob] = ()) -> list[tuple[Any, ...]]:
         now = _clock.now()
         token = uuid.uuid4().hex
-        sql = (
-            f"WITH c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
+        params: list[Any] = []
+        sql = "WITH "
+        if acks:
+            where, held = self._held(acks)
+            # Unreferenced, yet run: PostgreSQL always carries out a data-modifying WITH.
+            sql += f"acked AS (DELETE FROM {JOBS} WHERE {where}), "
+            params.extend(held)
+        sql += (
+            f"c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
             "ORDER BY priority, available_at, seq LIMIT %s FOR UPDATE SKIP LOCKED) "
             f"UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s, attempts = j.attempts + 1 "
             "FROM c WHERE j.seq = c.seq "
             "RETURNING j.seq, j.id, j.queue, j.name, j.body, j.attempts, j.priority, j.available_at, j.token"
         )
-        return self._worker.query(sql, (queue, now, limit, now, now + self.reservation, token))
+        params.extend((queue, now, limit, now, now + self.reservation, token))
+        return self._worker.query(sql, params)
 
-    def _claim_sqlite(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
+    def _claim_sqlite(self, queue: str, limit: int, acks: Sequence[QueuedJob] = ()) -> list[tuple[Any, ...]]:
         # One statement: SQLite runs it under its write lock, and the conditional
         # update still decides, so a second process can never claim the same row.
         now = _clock.now()
@@ -393,7 +422,18 @@ class DatabaseQueue(BaseQueue):
             "ORDER BY priority, available_at, seq LIMIT ?) AND reserved_at IS NULL "
             f"RETURNING {_COLUMNS}, token"
         )
-        return self._worker.query(sql, (now, now + self.reservation, token, queue, now, limit))
+        params = (now, now + self.reservation, token, queue, now, limit)
+        if not acks:
+            return self._worker.query(sql, params)
+        where, held = self._held(acks)
+        delete = self._sql(f"DELETE FROM {JOBS} WHERE {where}")
+
+        def both(cursor: Any) -> list[tuple[Any, ...]]:
+            cursor.execute(delete, held)
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+        return self._worker.transaction(both)
 
     def _claim_optimistic(self, queue: str, limit: int) -> list[tuple[Any, ...]]:
         """The portable claim: read candidates, then claim those still free with a
@@ -523,6 +563,26 @@ class DatabaseQueue(BaseQueue):
         for start in range(0, len(jobs), 500):
             where, params = self._held(jobs[start : start + 500])
             self._worker.execute(f"DELETE FROM {JOBS} WHERE {where}", params)
+
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Unstarted jobs are free again at once, their attempt uncounted (one statement per 500)."""
+        jobs = list(jobs)
+        for start in range(0, len(jobs), 500):
+            where, params = self._held(jobs[start : start + 500])
+            update = (
+                f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL, "
+                "attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END "
+                f"WHERE reserved_at IS NOT NULL AND {where}"
+            )
+            if self.dialect == POSTGRESQL:
+                self._worker.query(
+                    f"WITH r AS ({update} RETURNING queue) SELECT pg_notify('{CHANNEL}', q) "
+                    "FROM (SELECT DISTINCT queue AS q FROM r) AS s",
+                    params,
+                )
+            else:
+                self._worker.execute(update, params)
+        self._wake_local()
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         available_at = _clock.now() + max(0.0, float(delay))

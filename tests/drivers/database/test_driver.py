@@ -373,10 +373,10 @@ def test_jobs_claimed_before_a_later_claim_fails_are_handed_out(db_url: str, mon
         path = "_claim_sqlite"
     real = getattr(queue, path)
 
-    def claim(name: str, limit: int) -> list[Any]:
+    def claim(name: str, limit: int, *acks: Any) -> list[Any]:
         if name == "default":
             raise sqlite3.OperationalError("database is locked")
-        return list(real(name, limit))
+        return list(real(name, limit, *acks))
 
     monkeypatch.setattr(queue, path, claim)
     assert [job.id for job in queue.reserve_many(["high", "default"], 2)] == ["first"]
