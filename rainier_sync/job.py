@@ -68,13 +68,13 @@ class Job:
 
     def to_payload(self) -> dict[str, Any]:
         """The payload as a JSON-able dict (the dataclass fields by default)."""
-        if not dataclasses.is_dataclass(self):
-            raise PayloadError(
-                f"{type(self).__qualname__} is not a dataclass: decorate it with @dataclass "
-                "or override to_payload() and from_payload()"
-            )
         names = _FIELD_NAMES.get(type(self))
         if names is None:
+            if not dataclasses.is_dataclass(self):
+                raise PayloadError(
+                    f"{type(self).__qualname__} is not a dataclass: decorate it with @dataclass "
+                    "or override to_payload() and from_payload()"
+                )
             names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self) if f.init)
         return {name: getattr(self, name) for name in names}
 

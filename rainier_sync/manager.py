@@ -211,7 +211,7 @@ class QueueManager:
         """Queue several jobs on the default connection, one round trip per
         batch where the backend allows; ids in order (None for dropped duplicates)."""
         name = self.default
-        return self._send(name, [self.build(job, connection=name) for job in jobs])
+        return self._send(name, self._build_many(jobs, name))
 
     def dispatch_now(self, job: Job) -> str:
         """Run ``job`` now, in this thread, with its retries (no backoff sleep);
@@ -238,6 +238,30 @@ class QueueManager:
         connection: str | None = None,
     ) -> QueuedJob:
         """The QueuedJob a dispatch would store (payload checked, nothing sent)."""
+        return self._build(job, _clock.now(), new_id(), queue, delay, tries, priority, connection)
+
+    def _build_many(self, jobs: Iterable[Job], connection: str | None) -> list[QueuedJob]:
+        """:meth:`build` for a batch: one clock reading, ids drawn together."""
+        jobs = list(jobs)
+        now = _clock.now()
+        hex_ids = os.urandom(16 * len(jobs)).hex()
+        build = self._build
+        return [
+            build(job, now, hex_ids[32 * index : 32 * index + 32], None, 0.0, None, None, connection)
+            for index, job in enumerate(jobs)
+        ]
+
+    def _build(
+        self,
+        job: Job,
+        now: float,
+        job_id: str,
+        queue: str | None,
+        delay: float,
+        tries: int | None,
+        priority: int | None,
+        connection: str | None,
+    ) -> QueuedJob:
         if not isinstance(job, Job):
             raise TypeError(f"can only dispatch a rainier_sync.Job, got {type(job).__name__}")
         job_class = type(job)
@@ -249,20 +273,23 @@ class QueueManager:
             raise JobDefinitionError(
                 f"job name {name!r} is registered to {known.__qualname__}, not {job_class.__qualname__}"
             )
-        payload, _ = job.encoded_payload()
-        now = _clock.now()
+        payload, text = job.encoded_payload()
         queued = QueuedJob(
-            id=new_id(),
-            name=name,
-            queue=queue or job_class.QUEUE,
-            payload=payload,
-            connection=connection or self.default or "default",
-            attempts=0,
-            max_attempts=tries if tries is not None else job_class.TRIES,
-            priority=priority if priority is not None else job_class.PRIORITY,
-            available_at=now + delay,
-            dispatched_at=now,
+            job_id,
+            name,
+            queue or job_class.QUEUE,
+            payload,
+            connection or self.default or "default",
+            0,
+            tries if tries is not None else job_class.TRIES,
+            priority if priority is not None else job_class.PRIORITY,
+            now + delay,
+            None,
+            None,
+            None,
+            now,
         )
+        queued.payload_json = text  # checked just now: the envelope reuses it instead of encoding it again
         unique = job.unique_id()
         if unique is not None:
             queued.unique_key = f"{name}:{unique}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import traceback
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _quote  # C-accelerated, keeps non-ASCII like _ENCODER
 from typing import Any
 
 from .errors import JobCrashedError, JobTimeoutError, PayloadError
@@ -48,6 +49,9 @@ class QueuedJob:
     unique_for: float | None = None
     dispatched_at: float = 0.0
     receipt: Any = field(default=None, compare=False, repr=False)
+    #: The payload's JSON text as the dispatch that built this job checked it;
+    #: never copied, so only a freshly built job reuses it.
+    payload_json: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def copy(self, receipt: Any = None) -> QueuedJob:
         """A copy holding ``receipt`` (cheaper than ``dataclasses.replace`` on a hot path)."""
@@ -86,7 +90,19 @@ class QueuedJob:
         return wire
 
     def encode(self) -> str:
-        return encode(self.to_wire())
+        """The envelope as JSON (``to_wire()``), written directly: this is every dispatch's hot path."""
+        available_at, dispatched_at = float(self.available_at), float(self.dispatched_at)
+        if available_at - available_at or dispatched_at - dispatched_at:  # NaN or infinite: not JSON
+            return encode(self.to_wire())  # raises ValueError naming no field; never reached by a dispatch
+        payload = self.payload_json if self.payload_json is not None else encode(self.payload)
+        text = (
+            f'{{"id":{_quote(self.id)},"name":{_quote(self.name)},"queue":{_quote(self.queue)},"payload":{payload},'
+            f'"attempts":{int(self.attempts)},"max_attempts":{int(self.max_attempts)},"priority":{int(self.priority)},'
+            f'"available_at":{available_at!r},"dispatched_at":{dispatched_at!r}'
+        )
+        if self.unique_key is not None:
+            text += ',"unique":' + encode([self.unique_key, self.unique_owner, self.unique_for])
+        return text + "}"
 
     @classmethod
     def from_wire(cls, data: Any, *, connection: str = "default", receipt: Any = None) -> QueuedJob:

@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from rainier_sync import ConfigurationError, Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from rainier_sync import (
+    ConfigurationError,
+    Container,
+    Job,
+    JobContext,
+    JobRegistry,
+    QueueManager,
+    Worker,
+    WorkerOptions,
+)
 from rainier_sync._pool import Pool
 from rainier_sync.drivers import MemoryQueue
 from tests.support import wait_until
@@ -77,7 +86,7 @@ def test_a_stopping_worker_gives_back_what_it_claimed_ahead_uncounted(manager: Q
     worker.start()
     try:
         assert jobs.Blocking.started.setdefault("b0", threading.Event()).wait(5)
-        wait_until(lambda: memory.counts("default").reserved == 9, 5, message="eight more jobs claimed ahead of the thread")
+        wait_until(lambda: memory.counts("default").reserved == 9, 5, message="eight jobs claimed ahead of the thread")
         worker.stop()
         wait_until(lambda: memory.counts("default").reserved == 1, 5, message="the unstarted jobs to go back")
         jobs.Blocking.events.setdefault("b0", threading.Event()).set()

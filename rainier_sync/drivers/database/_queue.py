@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import select
@@ -27,6 +28,18 @@ _COLUMNS = "seq, id, queue, name, body, attempts, priority, available_at"
 #: The most a MariaDB/MySQL TEXT column holds, and what marks an error cut to fit it.
 _MYSQL_TEXT_BYTES = 65_535
 _CUT = " … (cut to fit the error column; the exception holds all of it)".encode()
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str) -> str:
+    """``value`` as a field of PostgreSQL's COPY text format."""
+    return value if value.isalnum() else value.translate(_COPY_ESCAPES)
+
+
+#: Queue and job names repeat from job to job.
+_copy_name = functools.lru_cache(maxsize=1024)(_copy_text)
 
 
 def _missing_table(exc: BaseException) -> bool:
@@ -287,21 +300,41 @@ class DatabaseQueue(BaseQueue):
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         if not jobs:
             return []
-        rows = [self._row(job) for job in jobs]
         if self.dialect == POSTGRESQL:
-            columns = list(zip(*rows, strict=True))
-            sql = (
-                f"WITH ins AS (INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) "
-                "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], "
-                "%b::float8[]) RETURNING queue) "
-                f"SELECT pg_notify('{CHANNEL}', q) FROM (SELECT DISTINCT queue AS q FROM ins) AS s"
-            )
-            self._backend.execute(sql, [list(c) for c in columns])
+            self._backend.transaction(lambda cursor: self._copy_in(cursor, jobs))
         else:
+            rows = [self._row(job) for job in jobs]
             insert = self._sql(self._sql.insert_job())
             self._backend.transaction(lambda cursor: cursor.executemany(insert, rows))
         self._wake_local()
         return [job.id for job in jobs]
+
+    def _copy_in(self, cursor: Any, jobs: Sequence[QueuedJob]) -> None:
+        """``COPY`` the jobs in (PostgreSQL), then notify each queue, in the caller's transaction.
+
+        Lines go out in slices as they are written, so the server stores one
+        slice while the next is being encoded here.
+        """
+        text, name = _copy_text, _copy_name
+        queues: set[str] = set()
+        with cursor.copy(f"COPY {JOBS} (id, queue, name, body, attempts, priority, available_at) FROM STDIN") as copy:
+            for start in range(0, len(jobs), 200):
+                lines = []
+                for job in jobs[start : start + 200]:
+                    queue = job.queue
+                    queues.add(queue)
+                    available_at = float(job.available_at)
+                    if available_at - available_at:
+                        raise ValueError(f"job {job.id}: available_at must be a finite time, got {available_at!r}")
+                    # JSON holds no raw tab or line break: only its backslashes need doubling
+                    body = job.encode().replace("\\", "\\\\")
+                    lines.append(
+                        f"{text(job.id)}\t{name(queue)}\t{name(job.name)}\t{body}"
+                        f"\t{int(job.attempts)}\t{int(job.priority)}\t{available_at!r}\n"
+                    )
+                copy.write("".join(lines))
+        for queue in sorted(queues):
+            cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, queue))
 
     def push_within(self, connection: Any, jobs: Sequence[QueuedJob]) -> list[str]:
         """Insert ``jobs`` on the caller's open connection, inside its transaction:

@@ -741,3 +741,54 @@ def test_producer_threads_share_one_driver_safely(db_url: str) -> None:
     taken = queue.reserve_many(["default"], 1000)
     assert len({job.payload["who"] for job in taken}) == 800
     manager.close()
+
+
+def test_push_many_keeps_every_character_of_payload_queue_and_name(db_url: str) -> None:
+    # PostgreSQL stores batches with COPY, whose text format gives tabs, line
+    # breaks and backslashes meanings of their own.
+    awkward = "tab\there, line\nbreak, cr\rreturn, back\\slash, \\N, quote\" and ✓"
+    queue = DatabaseQueue.from_url(db_url)
+    jobs = [
+        QueuedJob(id=f"awk-{n}", name=f"odd\\name\t{n}", queue="q\\ue\tue", payload={"text": awkward, "n": n})
+        for n in range(450)
+    ]
+    assert queue.push_many(jobs) == [job.id for job in jobs]
+    taken = queue.reserve_many(["q\\ue\tue"], 500)
+    assert sorted((j.id, j.name, j.payload["text"], j.payload["n"]) for j in taken) == sorted(
+        (j.id, j.name, awkward, j.payload["n"]) for j in jobs
+    )
+    queue.close()
+
+
+def test_a_push_many_that_fails_stores_none_of_its_jobs(db_url: str) -> None:
+    queue = DatabaseQueue.from_url(db_url)
+    good = QueuedJob(id="fine", name="x", queue="default", payload={})
+    bad = QueuedJob(id="bad", name="x", queue="default", payload={}, available_at=float("nan"))
+    with pytest.raises(ValueError):
+        queue.push_many([good, bad])
+    assert queue.size("default") == 0
+    queue.close()
+
+
+def test_acknowledge_and_reserve_settles_and_claims_together(db_url: str) -> None:
+    queue = DatabaseQueue.from_url(db_url)
+    queue.push_many([QueuedJob(id=f"j{n}", name="x", queue="default", payload={}, available_at=n) for n in range(6)])
+    first = queue.reserve_many(["default"], 3)
+    assert [j.id for j in first] == ["j0", "j1", "j2"]
+    second = queue.acknowledge_and_reserve(first, ["default"], 3)
+    assert [j.id for j in second] == ["j3", "j4", "j5"]
+    assert queue.size("default") == 3, "the first three are gone, the next three reserved"
+    assert queue.acknowledge_and_reserve(second, ["default"], 3) == []
+    assert queue.size("default") == 0
+    queue.close()
+
+
+def test_give_back_frees_unstarted_jobs_without_counting_their_attempt(db_url: str) -> None:
+    queue = DatabaseQueue.from_url(db_url)
+    queue.push_many([QueuedJob(id=f"g{n}", name="x", queue="default", payload={}, available_at=n) for n in range(3)])
+    taken = queue.reserve_many(["default"], 3)
+    queue.give_back(taken[1:])
+    assert queue.counts("default").reserved == 1
+    again = queue.reserve_many(["default"], 3)
+    assert [(j.id, j.attempts) for j in again] == [("g1", 1), ("g2", 1)]
+    queue.close()
