@@ -21,8 +21,20 @@ def encode(data: Any) -> str:
     return _ENCODER.encode(data)
 
 
+_SCAN = json.JSONDecoder().scan_once
+
+
 def decode(text: str | bytes) -> Any:
-    return json.loads(text)
+    """Parse JSON text (raises ``ValueError``); every job a worker takes passes here."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    try:
+        data, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)  # not a value where one should start: json says what is wrong
+    if end != len(text):
+        return json.loads(text)  # trailing whitespace is fine, anything else an error json names
+    return data
 
 
 @dataclass(slots=True)
@@ -121,21 +133,22 @@ class QueuedJob:
             raise PayloadError(f"job {name!r}: payload must be a JSON object")
         unique = data.get("unique")
         try:
+            queue = data.get("queue", "default")
             return cls(
-                id=job_id,
-                name=name,
-                queue=str(data.get("queue", "default")),
-                payload=payload,
-                connection=connection,
-                attempts=int(data.get("attempts", 0)),
-                max_attempts=int(data.get("max_attempts", 1)),
-                priority=int(data.get("priority", 0)),
-                available_at=float(data.get("available_at", 0.0)),
-                dispatched_at=float(data.get("dispatched_at", 0.0)),
-                unique_key=unique[0] if unique else None,
-                unique_owner=unique[1] if unique else None,
-                unique_for=unique[2] if unique else None,
-                receipt=receipt,
+                job_id,
+                name,
+                queue if type(queue) is str else str(queue),
+                payload,
+                connection,
+                int(data.get("attempts", 0)),
+                int(data.get("max_attempts", 1)),
+                int(data.get("priority", 0)),
+                float(data.get("available_at", 0.0)),
+                unique[0] if unique else None,
+                unique[1] if unique else None,
+                unique[2] if unique else None,
+                float(data.get("dispatched_at", 0.0)),
+                receipt,
             )
         except (TypeError, ValueError, IndexError) as exc:
             raise PayloadError(f"job {name!r}: malformed envelope: {exc}") from None
