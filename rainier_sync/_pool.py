@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, TypeVar
 
 __all__ = ["Pool"]
 
@@ -40,14 +40,18 @@ class Pool(Generic[T]):
             thread.start()
 
     # -- the owning side -----------------------------------------------------------------
-    def submit(self, items: Iterable[T], key: Callable[[T], object] | None = None) -> None:
-        """Put ``items`` at the end of the line; with ``key``, keep the line ordered by it
-        (stable: items of equal key keep their order)."""
+    def submit(self, items: Iterable[T], key: Callable[[T], Any] | None = None) -> None:
+        """Put ``items`` (in ``key`` order, if given) at the end of the line; with
+        ``key``, an item that sorts before those waiting goes ahead of them (stably)."""
+        items = list(items)
         with self._lock:
             ready = self._ready
+            # Items come ordered; the line needs sorting only when the first of them
+            # belongs ahead of what is already waiting.
+            resort = key is not None and items and ready and key(items[0]) < key(ready[-1])
             ready.extend(items)
-            if key is not None and len(ready) > 1:
-                ordered = sorted(ready, key=key)  # type: ignore[arg-type]
+            if resort and key is not None:
+                ordered = sorted(ready, key=key)
                 ready.clear()
                 ready.extend(ordered)
             wake = self._idle.pop() if ready and self._idle else None

@@ -193,6 +193,7 @@ def run_worker(
         "timeout": args.timeout,
         "connection": args.connection,
         "child_setup": args.child_setup,
+        "prefetch": args.prefetch,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -483,6 +484,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -521,6 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--max-jobs", type=_positive_int, metavar="N", help="exit after taking N jobs")
     work.add_argument("--sleep", type=_seconds, metavar="SECONDS", help="longest idle wait (default: 1)")
     work.add_argument("--concurrency", type=_positive_int, metavar="N", help="threads running jobs (default: 8)")
+    work.add_argument(
+        "--prefetch",
+        type=_whole,
+        metavar="N",
+        help="most jobs claimed ahead of the threads when jobs are short (default: 8 per thread; 0: none)",
+    )
     work.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="time limit of a job with no TIMEOUT")
     work.add_argument("--connection", metavar="NAME", help="the connection to work (default: the default one)")
     work.add_argument(

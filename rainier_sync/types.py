@@ -6,7 +6,7 @@ import json
 import traceback
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _quote  # C-accelerated, keeps non-ASCII like _ENCODER
-from typing import Any
+from typing import Any, Callable
 
 from .errors import JobCrashedError, JobTimeoutError, PayloadError
 
@@ -21,7 +21,7 @@ def encode(data: Any) -> str:
     return _ENCODER.encode(data)
 
 
-_SCAN = json.JSONDecoder().scan_once
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def decode(text: str | bytes) -> Any:

@@ -332,6 +332,12 @@ class Worker:
                     self._operation_failed("wait_for_jobs", exc)
                     self._waker.wait(wait)
         finally:
+            self._unstarted.extend(pool.hold())
+            if self._unstarted and not self._give_back():
+                log.warning(
+                    "%d job(s) claimed ahead could not be handed back; they run again once their reservations lapse",
+                    len(self._unstarted),
+                )
             self._stop_pool()
         return self.stats
 

@@ -71,7 +71,10 @@ class Waker:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._flag = False
-        self._lock = threading.Lock()
+        # Re-entrant: stop() sets the waker from a signal handler, which may run in
+        # the waiting thread while it holds the lock in clear(). Either order of the
+        # two leaves the flag raised, never a byte in the pipe with the flag down.
+        self._lock = threading.RLock()
         self._closed = False
         # The pipe is closed when the last holder (worker, pool thread, driver) lets go.
         self._finalizer = weakref.finalize(self, _close_pipe, self._read, self._write)

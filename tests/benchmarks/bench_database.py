@@ -1,7 +1,7 @@
 """Database driver benchmark: dispatch, dispatch_many, drain, idle wake-up, backlog.
 
     .venv/bin/python tests/benchmarks/bench_database.py [--dialects postgres,sqlite,sqlite-full]
-        [--jobs 10000] [--threads 8] [--probes 200] [--backlog 100000]
+        [--jobs 10000] [--threads 8] [--probes 200] [--backlog 100000] [--batch 72]
 
 For each dialect (PostgreSQL in a schema of its own, SQLite WAL with
 ``synchronous=NORMAL`` and with ``FULL``, each on a fresh file):
@@ -12,13 +12,15 @@ For each dialect (PostgreSQL in a schema of its own, SQLite WAL with
   1,000 per call (what ``dispatch_many`` costs without the manager's work).
 - ``drain``: one :class:`~rainier_sync.Worker` with ``--threads`` threads runs
   ``--jobs`` no-op jobs from a full queue to empty (``once`` mode).
-- ``claim+ack``: the driver alone, one thread: ``reserve_many(8)`` then
-  ``acknowledge_many`` until empty (the driver's ceiling without the worker);
-  median of 3, interleaved with the next one.
+- ``claim+ack``: the driver alone, one thread: ``acknowledge_and_reserve`` of
+  the previous batch and the next ``--batch`` jobs (72: what a worker of 8
+  threads claims at most, 8 for its threads and 64 ahead) until empty, the
+  driver's ceiling without the worker; median of 3, interleaved with the next one.
 - ``claim+ack backlog``: the same loop for ``--jobs`` jobs with ``--backlog``
   more ready jobs behind them.
 - ``backlog drain``: the same drain of ``--jobs`` jobs with ``--backlog`` more
-  ready jobs behind them (``max_jobs``), against the empty-queue drain.
+  ready jobs behind them (``max_jobs``), against the empty-queue drain; both
+  medians of 3, interleaved.
 - ``idle latency``: an idle worker (its own connection, ``sleep`` 60 s, so only
   the driver's wake-up starts the job early) and one probe at a time, a random
   0-20 ms apart: from just before ``dispatch`` to the first line of ``handle``.
@@ -134,31 +136,41 @@ def bench_drain(target: Target, n: int, threads: int, backlog: int = 0) -> float
     return rate
 
 
-def bench_claim_ack(target: Target, n: int, backlog: int = 0) -> float:
+def bench_claim_ack(target: Target, n: int, batch: int, backlog: int = 0) -> float:
     m = target.manager()
     fill(m, n + backlog)
     queue = m.connection()
     done = 0
+    held: list[QueuedJob] = []
     started = time.perf_counter()
     while done < n:
-        jobs = queue.reserve_many(["default"], min(8, n - done))
-        if not jobs:
+        held = queue.acknowledge_and_reserve(held, ["default"], min(batch, n - done))
+        if not held:
             break
-        queue.acknowledge_many(jobs)
-        done += len(jobs)
+        done += len(held)
+    queue.acknowledge_many(held)
     rate = done / (time.perf_counter() - started)
     assert done == n
     m.close()
     return rate
 
 
-def claim_ack_pair(target: Target, n: int, backlog: int, repeat: int = 3) -> dict[str, float]:
+def claim_ack_pair(target: Target, n: int, batch: int, backlog: int, repeat: int = 3) -> dict[str, float]:
     """``claim+ack`` without and with the backlog, interleaved, medians of ``repeat``."""
     empty, behind = [], []
     for _ in range(repeat):
-        empty.append(bench_claim_ack(target, n))
-        behind.append(bench_claim_ack(target, n, backlog=backlog))
+        empty.append(bench_claim_ack(target, n, batch))
+        behind.append(bench_claim_ack(target, n, batch, backlog=backlog))
     return {"claim+ack": statistics.median(empty), "claim+ack backlog": statistics.median(behind)}
+
+
+def drain_pair(target: Target, n: int, threads: int, backlog: int, repeat: int = 3) -> dict[str, float]:
+    """``drain`` without and with the backlog, interleaved, medians of ``repeat``."""
+    empty, behind = [], []
+    for _ in range(repeat):
+        empty.append(bench_drain(target, n, threads))
+        behind.append(bench_drain(target, n, threads, backlog=backlog))
+    return {"drain": statistics.median(empty), "backlog drain": statistics.median(behind)}
 
 
 def bench_latency(target: Target, probes: int, threads: int) -> tuple[float, float]:
@@ -192,6 +204,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=72)
     args = parser.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cores: {os.cpu_count()}")
     rows = []
@@ -204,9 +217,8 @@ def main() -> None:
                     "dispatch": bench_dispatch(target, min(args.jobs, 5000)),
                     "dispatch_many": bench_dispatch_many(target, args.jobs * 5),
                     "push_many": bench_push_many(target, args.jobs * 5),
-                    "drain": statistics.median(bench_drain(target, args.jobs, args.threads) for _ in range(3)),
-                    **claim_ack_pair(target, args.jobs, args.backlog),
-                    "backlog drain": bench_drain(target, args.jobs, args.threads, backlog=args.backlog),
+                    **drain_pair(target, args.jobs, args.threads, args.backlog),
+                    **claim_ack_pair(target, args.jobs, args.batch, args.backlog),
                 }
                 row["backlog / empty"] = row["backlog drain"] / row["drain"]
                 p50, p99 = bench_latency(target, args.probes, args.threads)

@@ -167,7 +167,7 @@ def test_work_once_runs_what_is_due(
     assert app.current is not None
     for n in range(3):
         app.current.dispatch(app.Touch(n=n))
-    assert main(["queue:work", "--once", "--concurrency=2", APP]) == EXIT_OK
+    assert main(["queue:work", "--once", "--concurrency=2", "--prefetch=0", APP]) == EXIT_OK
     assert sorted(open(str(out_file)).read().split("\n")[:-1]) == ["0 ran", "1 ran", "2 ran"]
     assert memory.size() == 0
     assert rainier_sync.instance() is app.current
@@ -198,6 +198,7 @@ def test_work_refuses_a_sync_connection(capsys: pytest.CaptureFixture[str]) -> N
         ("--sleep=-1", "argument --sleep: expected seconds >= 0, got -1"),
         ("--queue=,", "worker option queues must be non-empty queue names"),
         ("--timeout=0", "worker option timeout must be a positive number"),
+        ("--prefetch=-2", "argument --prefetch: expected a number >= 0, got -2"),
     ],
 )
 def test_bad_worker_options_are_usage_errors(

@@ -42,6 +42,28 @@ def test_a_set_racing_a_clear_leaves_the_flag_and_the_pipe_in_agreement(monkeypa
     waker.close()
 
 
+def test_a_stop_signal_arriving_while_the_waker_is_being_cleared_does_not_deadlock() -> None:
+    # A signal handler runs in the thread it interrupts: stop() then sets the waker
+    # from inside that thread's clear(), while it holds the waker's lock.
+    waker = driver_base.Waker()
+    waker.set()
+    done = threading.Event()
+
+    def clear_interrupted_by_a_handler() -> None:
+        with waker._lock:
+            waker._flag = False  # clear() has lowered the flag, not yet drained the pipe
+            waker.set()  # the handler's stop()
+        done.set()
+
+    thread = threading.Thread(target=clear_interrupted_by_a_handler, daemon=True)
+    thread.start()
+    assert done.wait(5), "set() from a handler deadlocked on the lock its own thread holds"
+    assert waker.wait(0) is True
+    waker.clear()
+    assert waker.wait(0.05) is False, "flag and pipe agree again after the next clear"
+    waker.close()
+
+
 def test_a_settle_that_fails_half_way_repeats_only_what_is_left(manager: QueueManager, memory: MemoryQueue,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     manager.dispatch(jobs.Record("gives up"))
