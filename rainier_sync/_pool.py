@@ -11,6 +11,7 @@ lock, a child process) still get every thread within microseconds.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from typing import Any, Callable, Generic, Iterable, TypeVar
@@ -18,6 +19,8 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 __all__ = ["Pool"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("rainier_sync")
 
 
 class Pool(Generic[T]):
@@ -66,6 +69,10 @@ class Pool(Generic[T]):
         """Start nothing more (safe from a signal handler: takes no lock)."""
         self._held = True
 
+    @property
+    def paused(self) -> bool:
+        return self._held
+
     def hold(self) -> list[T]:
         """Start nothing more; return (and forget) the items not yet taken."""
         with self._lock:
@@ -113,6 +120,8 @@ class Pool(Generic[T]):
                 return
             try:
                 self._run(item)
+            except BaseException:  # noqa: BLE001 - a thread lost would shrink the pool for good
+                log.exception("a pool thread's work raised; the thread goes on")
             finally:
                 with self._lock:
                     self.busy -= 1

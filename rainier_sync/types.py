@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import traceback
 from dataclasses import dataclass, field
@@ -14,6 +15,25 @@ __all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "encode", "
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+_last_float: tuple[float, str] = (0.0, "0.0")
+
+
+def float_text(value: float) -> str:
+    """``repr(value)``, remembering the last one: the jobs of a batch share their
+    times, and the shortest round-trip repr of a float is slow to find."""
+    global _last_float
+    last = _last_float
+    if value and last[0] == value:  # never for zeros: 0.0 == -0.0
+        return last[1]
+    text = repr(value)
+    _last_float = (value, text)
+    return text
+
+
+#: Job and queue names repeat from job to job: their JSON strings are kept.
+_name = functools.lru_cache(maxsize=1024)(_quote)
 
 
 def encode(data: Any) -> str:
@@ -108,9 +128,9 @@ class QueuedJob:
             return encode(self.to_wire())  # raises ValueError naming no field; never reached by a dispatch
         payload = self.payload_json if self.payload_json is not None else encode(self.payload)
         text = (
-            f'{{"id":{_quote(self.id)},"name":{_quote(self.name)},"queue":{_quote(self.queue)},"payload":{payload},'
+            f'{{"id":{_quote(self.id)},"name":{_name(self.name)},"queue":{_name(self.queue)},"payload":{payload},'
             f'"attempts":{int(self.attempts)},"max_attempts":{int(self.max_attempts)},"priority":{int(self.priority)},'
-            f'"available_at":{available_at!r},"dispatched_at":{dispatched_at!r}'
+            f'"available_at":{float_text(available_at)},"dispatched_at":{float_text(dispatched_at)}'
         )
         if self.unique_key is not None:
             text += ',"unique":' + encode([self.unique_key, self.unique_owner, self.unique_for])

@@ -170,7 +170,7 @@ class Worker:
         #: Attempts finished by pool threads, not yet seen by the owning loop.
         self._done: collections.deque[Completion] = collections.deque()
         #: Every job claimed and not yet settled: waiting in the pool, running, or finished.
-        self._running: dict[str, QueuedJob] = {}
+        self._running: dict[int, QueuedJob] = {}  # by the claimed object: a job id may come twice
         # What running jobs see as context.stop_requested: one notice for all of
         # them (set by stop()), apart from the worker's own stop flag.
         self._stop_notice = threading.Event()
@@ -179,6 +179,10 @@ class Worker:
         self._unsettled_since = 0.0
         #: Claimed jobs that never started, to hand back at stop.
         self._unstarted: list[QueuedJob] = []
+        #: Jobs a pool thread took just as the worker stopped, and left unstarted.
+        self._declined: collections.deque[QueuedJob] = collections.deque()
+        #: A stop asked for by a signal handler (its grace), for the owning loop to carry out.
+        self._signalled: tuple[float | None] | None = None
         self._thread: threading.Thread | None = None
         self._taken = 0
         #: Finished attempts at which a pool thread wakes the owning loop to settle and claim.
@@ -189,6 +193,9 @@ class Worker:
         from .drivers.base import BaseQueue as _Base
 
         self._combined = type(self.driver).acknowledge_and_reserve is not _Base.acknowledge_and_reserve
+        # Claiming ahead needs a driver that can hand unstarted jobs back uncounted
+        # at stop; with the default give_back (a release) each would spend an attempt.
+        self._may_claim_ahead = type(self.driver).give_back is not _Base.give_back
         self._supervisor: Supervisor | None = None
         self._supervisor_lock = threading.Lock()
         self._supervisor_warned = False
@@ -214,6 +221,16 @@ class Worker:
             pool.pause()
         self._stop_notice.set()
         self._waker.set()
+
+    def _stop_from_signal(self, grace: float | None) -> None:
+        """:meth:`stop` for a signal handler, taking no lock a handler could find
+        held by the very thread it interrupted (an Event's, the pool's): the
+        owning loop carries the stop out as soon as it wakes."""
+        self._signalled = (grace,)
+        pool = self._pool
+        if pool is not None:
+            pool.pause()
+        self._waker.set()  # re-entrant
 
     def start(self) -> threading.Thread:
         """Run the worker in a background thread (for a service that embeds it)."""
@@ -241,12 +258,12 @@ class Worker:
         without waiting for running jobs. Call from the main thread."""
 
         def handle(signum: int, frame: FrameType | None) -> None:
-            if self.stopping:
+            if self.stopping or self._signalled is not None:
                 log.warning("second stop signal: not waiting for running jobs")
-                self.stop(grace=0)
+                self._stop_from_signal(0.0)
             else:
                 log.info("signal %s: stopping after running jobs finish", signal.Signals(signum).name)
-                self.stop()
+                self._stop_from_signal(None)
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
@@ -265,6 +282,9 @@ class Worker:
         try:
             while True:
                 self._waker.clear()
+                signalled, self._signalled = self._signalled, None
+                if signalled is not None:
+                    self.stop(signalled[0])
                 now = _clock.monotonic()
                 # Renew our own reservations before anything else, so neither a
                 # reclaim sweep nor a backend that keeps failing to settle can let
@@ -279,10 +299,11 @@ class Worker:
                 self._collect(now)
                 if self._stop.is_set():
                     self._unstarted.extend(pool.hold())
-                    if not self._give_back() or not self._settle():
-                        failures = self._backend_failed(failures)
-                        continue
-                    if not self._running and not self._unsettled:
+                    while self._declined:
+                        self._unstarted.append(self._declined.popleft())
+                    handed_back = self._give_back()
+                    settled = self._settle()
+                    if handed_back and settled and not self._running and not self._unsettled:
                         break
                     if self._grace_over():
                         if self._interrupt_children():
@@ -290,6 +311,9 @@ class Worker:
                             continue
                         self._abandon_running()
                         break
+                    if not (handed_back and settled):
+                        failures = self._backend_failed(failures)
+                        continue
                     self._waker.wait(0.1)
                     continue
                 capacity, refill = self._capacity()
@@ -307,9 +331,13 @@ class Worker:
                         if not self._settle():
                             failures = self._backend_failed(failures)
                         continue
+                    # Pool threads wake this loop when the line runs dry or a batch's
+                    # worth has finished; in between it looks again every ACK_DELAY.
                     timeout = None if beat is None else max(0.0, next_beat - now)
                     if self._unsettled:
                         timeout = max(0.0, self._unsettled_since + ACK_DELAY - now)
+                    elif waiting:
+                        timeout = ACK_DELAY if timeout is None else min(timeout, ACK_DELAY)
                     self._waker.wait(timeout)
                     continue
                 jobs = self._settle_and_claim(limit)
@@ -322,6 +350,9 @@ class Worker:
                     continue
                 if opts.once and not self._running and not self._done:
                     break
+                if pool.waiting():
+                    self._waker.wait(ACK_DELAY)  # the backend has no more; the line is still running down
+                    continue
                 if not self._running:
                     self.stats.idles += 1
                 busy = bool(self._running or self._unsettled)
@@ -332,7 +363,10 @@ class Worker:
                     self._operation_failed("wait_for_jobs", exc)
                     self._waker.wait(wait)
         finally:
+            self._stop_notice.set()
             self._unstarted.extend(pool.hold())
+            while self._declined:
+                self._unstarted.append(self._declined.popleft())
             if self._unstarted and not self._give_back():
                 log.warning(
                     "%d job(s) claimed ahead could not be handed back; they run again once their reservations lapse",
@@ -348,7 +382,7 @@ class Worker:
         PREFETCH_WINDOW at the recent pace; none ahead until a job has finished.
         """
         threads = self.options.concurrency
-        most = self.options.most_ahead
+        most = self.options.most_ahead if self._may_claim_ahead else 0
         pace = self._pace
         if not most or pace is None:
             ahead = 0
@@ -383,7 +417,7 @@ class Worker:
     def _hand_out(self, pool: Pool[QueuedJob], jobs: list[QueuedJob]) -> None:
         running = self._running
         for job in jobs:
-            running[job.id] = job
+            running[id(job)] = job
         self._taken += len(jobs)
         rank = self._rank
         pool.submit(jobs, key=lambda job: (rank.get(job.queue, 0), job.priority))
@@ -421,9 +455,11 @@ class Worker:
         acks = self._apply_others()
         if acks is None:
             return None
+        if self._stop.is_set():  # a job just settled stopped the worker (it raised SystemExit)
+            limit = 0
         driver = self.driver
         queues = self.options.queues
-        if acks and self._combined:
+        if acks and self._combined and limit > 0:
             try:
                 jobs: list[QueuedJob] = driver.acknowledge_and_reserve([c.job for c in acks], queues, limit)
             except Exception as exc:  # noqa: BLE001 - acknowledged again next time: harmless
@@ -440,6 +476,8 @@ class Worker:
                 self._unsettled = acks + self._unsettled
                 return None
             self._announce(acks)
+        if limit <= 0:
+            return []
         found: list[QueuedJob] | None = self._backend("reserve", driver.reserve_many, queues, limit)
         return found
 
@@ -479,10 +517,15 @@ class Worker:
         stats = self.stats
         pace = self._pace
         for completion in completions:
-            running.pop(completion.job.id, None)
+            running.pop(id(completion.job), None)
             outcome = completion.outcome
-            duration = completion.duration
-            pace = duration if pace is None else pace + 0.1 * (duration - pace)
+            if outcome != ABANDONED:
+                # Quick to rise, slow to fall: one slow job shrinks the prefetch at once.
+                duration = completion.duration
+                if pace is None:
+                    pace = duration
+                else:
+                    pace += (0.5 if duration > pace else 0.05) * (duration - pace)
             if outcome == PROCESSED:
                 stats.processed += 1
             elif outcome == RELEASED:
@@ -506,7 +549,7 @@ class Worker:
             return False
         self._unstarted = []
         for job in jobs:
-            self._running.pop(job.id, None)
+            self._running.pop(id(job), None)
         return True
 
     def _heartbeat(self) -> None:
@@ -563,7 +606,7 @@ class Worker:
             # Fork the fork server now, from this thread, while no pool thread is running.
             self._get_supervisor()
         pool = self._pool = Pool(self.options.concurrency, self._run_claimed)
-        if self._stop.is_set():
+        if self._stop.is_set() or self._signalled is not None:
             pool.pause()
         return pool
 
@@ -579,17 +622,21 @@ class Worker:
     def _run_claimed(self, job: QueuedJob) -> None:
         """A pool thread's work: run one attempt, report it, and wake the owning
         loop when there is something for it to do."""
+        pool = self._pool
+        if pool is None or pool.paused:
+            # Taken in the instant stop() paused the pool: it goes back unstarted.
+            self._declined.append(job)
+            self._waker.set()
+            return
         try:
             completion = self.run_attempt(job, self._stop_notice)
         except BaseException as exc:  # noqa: BLE001 - never lose a completion
             completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
         done = self._done
         done.append(completion)
-        finished = len(done)
-        pool = self._pool
-        # The first completion (to start the acknowledgement clock), enough of them
-        # for a batch, or a pool with nothing left to start.
-        if finished == 1 or finished >= self._refill_at or pool is None or not pool.waiting():
+        # A batch's worth finished, or nothing left to start: the loop has work. (It
+        # also looks every ACK_DELAY while jobs wait in the line, so no wake-up is lost.)
+        if len(done) >= self._refill_at or not pool.waiting():
             self._waker.set()
 
     def attempt_timeout(self, job: QueuedJob) -> float | None:

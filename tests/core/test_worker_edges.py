@@ -71,7 +71,7 @@ def test_a_settle_that_fails_half_way_repeats_only_what_is_left(manager: QueueMa
     first, second = memory.reserve_many(["default"], 2)
     info = ExceptionInfo(kind="ValueError", message="no")
     worker = Worker(manager)
-    worker._running = {first.id: first, second.id: second}
+    worker._running = {id(first): first, id(second): second}
     worker._done.extend([Completion(first, FAILED, info=info), Completion(second, RELEASED, delay=0, info=info)])
     real_release, calls = memory.release, {"n": 0}
 

@@ -22,6 +22,7 @@ from rainier_sync import (
 )
 from rainier_sync._pool import Pool
 from rainier_sync.drivers import MemoryQueue
+from rainier_sync.drivers.base import BaseQueue
 from tests.support import wait_until
 
 from . import jobs
@@ -123,3 +124,41 @@ def test_the_prefetch_option_is_checked() -> None:
         WorkerOptions(prefetch=-1)
     assert WorkerOptions(concurrency=3).most_ahead == 24
     assert WorkerOptions(prefetch=0).most_ahead == 0
+
+
+def test_jobs_finished_while_others_wait_in_the_line_are_acknowledged_soon(manager: QueueManager,
+                                                                           memory: MemoryQueue) -> None:
+    manager.dispatch(jobs.Record("warm-up"))
+    worker = Worker(manager, options=WorkerOptions(concurrency=4, sleep=5, prefetch=16))
+    worker.start()
+    try:
+        wait_until(lambda: memory.size() == 0, 5, message="the warm-up job")
+        # Two threads block, two run quick jobs; the rest wait in the line, so too
+        # few jobs finish to make a batch and the line never runs dry.
+        manager.dispatch_many([jobs.Blocking("b0"), jobs.Blocking("b1"), jobs.Record("q1"), jobs.Record("q2")]
+                              + [jobs.Blocking(f"w{n}") for n in range(12)])
+        wait_until(lambda: memory.size() <= 14, 2, message="the two quick jobs to be acknowledged")
+        for name in ["b0", "b1"] + [f"w{n}" for n in range(12)]:
+            jobs.Blocking.events.setdefault(name, threading.Event()).set()
+        wait_until(lambda: memory.size() == 0, 5, message="the rest to run")
+    finally:
+        worker.stop()
+        worker.join(5)
+
+
+class CountingRelease(MemoryQueue):
+    """A driver that cannot hand a job back without counting its attempt (as SQS)."""
+
+    give_back = BaseQueue.give_back
+
+
+def test_nothing_is_claimed_ahead_from_a_driver_that_cannot_give_jobs_back(
+    registry: JobRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver = CountingRelease()
+    manager = QueueManager({"m": driver}, registry=registry, container=Container())
+    manager.dispatch_many([jobs.Record(i) for i in range(100)])
+    limits = claim_limits(driver, monkeypatch)
+    stats = Worker(manager, options=WorkerOptions(once=True, concurrency=2)).run()
+    assert stats.processed == 100
+    assert max(limits) <= 2, "a job claimed ahead would spend an attempt when the worker stops"

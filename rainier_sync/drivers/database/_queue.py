@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from ... import _clock, signals
 from ...errors import PayloadError
 from ...locks.base import LockStore
-from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
+from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode, float_text
 from ..base import BaseQueue, QueueDriver, Waker, as_job_list
 from ._connection import MYSQL, POSTGRESQL, SQLITE, Database, DatabaseUrl, SchemaMissingError, connect
 from ._schema import CHANNEL, FAILED, JOBS, LOCKS, MIGRATION_LIST, Migration, migrate
@@ -330,7 +330,7 @@ class DatabaseQueue(BaseQueue):
                     body = job.encode().replace("\\", "\\\\")
                     lines.append(
                         f"{text(job.id)}\t{name(queue)}\t{name(job.name)}\t{body}"
-                        f"\t{int(job.attempts)}\t{int(job.priority)}\t{available_at!r}\n"
+                        f"\t{int(job.attempts)}\t{int(job.priority)}\t{float_text(available_at)}\n"
                     )
                 copy.write("".join(lines))
         for queue in sorted(queues):
@@ -598,8 +598,12 @@ class DatabaseQueue(BaseQueue):
             self._worker.execute(f"DELETE FROM {JOBS} WHERE {where}", params)
 
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
-        """Unstarted jobs are free again at once, their attempt uncounted (one statement per 500)."""
+        """Unstarted jobs are free again at once, their attempt uncounted: one
+        transaction, so a failure leaves every one of them still reserved."""
         jobs = list(jobs)
+        if not jobs:
+            return
+        statements = []
         for start in range(0, len(jobs), 500):
             where, params = self._held(jobs[start : start + 500])
             update = (
@@ -608,13 +612,17 @@ class DatabaseQueue(BaseQueue):
                 f"WHERE reserved_at IS NOT NULL AND {where}"
             )
             if self.dialect == POSTGRESQL:
-                self._worker.query(
+                update = (
                     f"WITH r AS ({update} RETURNING queue) SELECT pg_notify('{CHANNEL}', q) "
-                    "FROM (SELECT DISTINCT queue AS q FROM r) AS s",
-                    params,
+                    "FROM (SELECT DISTINCT queue AS q FROM r) AS s"
                 )
-            else:
-                self._worker.execute(update, params)
+            statements.append((self._sql(update), params))
+
+        def run(cursor: Any) -> None:
+            for sql, params in statements:
+                cursor.execute(sql, params)
+
+        self._worker.transaction(run)
         self._wake_local()
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
