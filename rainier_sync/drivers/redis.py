@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import select
 import socket
 import threading
 import uuid
@@ -335,6 +336,22 @@ return 1
 """
 )
 
+# ARGV: prefix, deadline, then (queue, band, id) per entry a blocking read handed
+# out: their reservations, recorded once the reply is in.
+_ADOPT = (
+    _HELD
+    + """
+local P, deadline = ARGV[1], ARGV[2]
+for i = 3, #ARGV, 3 do
+  redis.call('ZADD', P .. ARGV[i] .. ':reserved', deadline, held(ARGV[i + 1], ARGV[i + 2]))
+end
+return 1
+"""
+)
+
+#: The scripts sent without waiting for their reply (read with the next one).
+_DEFERRED = {"ack": _ACK, "adopt": _ADOPT}
+
 # ARGV: prefix, group, queue, band, id, now, due, attempts, json
 _RELEASE = (
     _PUSH_LIB
@@ -570,6 +587,7 @@ class RedisQueue(BaseQueue):
                 ("push", _PUSH),
                 ("reserve", _RESERVE),
                 ("ack", _ACK),
+                ("adopt", _ADOPT),
                 ("release", _RELEASE),
                 ("fail", _FAIL),
                 ("extend", _EXTEND),
@@ -579,16 +597,29 @@ class RedisQueue(BaseQueue):
                 ("counts", _COUNTS),
             )
         }
-        # Idle wake-ups: a listener thread subscribed to P + "wake" bumps
-        # ``_wake_seq`` and sets the waiting wakers; a wait returns at once when
-        # a notification came after the last reserve began.
+        # Idle wake-ups: a subscription to P + "wake", read by the waiting loops
+        # themselves (whichever finds it readable first), bumps ``_wake_seq`` and
+        # sets every waiting waker; a wait returns at once when a notification
+        # came after the last reserve began.
         self._mutex = threading.Lock()
         self._waiters: set[Waker] = set()
         self._wake_seq = 0
         # per owning loop (thread): two workers on one driver must not consume
         # each other's notifications
         self._seen = threading.local()
-        self._listener: threading.Thread | None = None
+        self._pubsub: Any = None
+        self._listen_lock = threading.Lock()
+        # An idle loop also blocks in XREADGROUP on a connection of its own, so a
+        # job pushed to a stream it reads reaches it with the push, not a round
+        # trip after the notification. What that read hands out waits in
+        # ``_stash`` for the next reserve_many, which records its reservations.
+        self._block_lock = threading.Lock()
+        self._block_conn: Any = None
+        self._block_streams: dict[bytes, tuple[str, bytes]] | None = None
+        self._block_client_id = 0
+        self._stash: list[tuple[str, bytes, bytes, list[bytes]]] = []
+        self._subscribe_failures = 0
+        self._subscribe_after = 0.0
         self._closed = threading.Event()
         self._streams_read: set[tuple[str, bytes]] = set()
         # The worker's owning loop acknowledges a batch and then reserves the
@@ -598,8 +629,8 @@ class RedisQueue(BaseQueue):
         # ``_redo``: ones whose outcome is unknown, sent again before anything else.
         self._loop_lock = threading.RLock()
         self._loop_conn: Any = None
-        self._sent: collections.deque[list[Any]] = collections.deque()
-        self._redo: list[list[Any]] = []
+        self._sent: collections.deque[tuple[str, list[Any]]] = collections.deque()
+        self._redo: list[tuple[str, list[Any]]] = []
         self._reconnect = reconnect
         self._push_lock = threading.Lock()
         self._push_conn: Any = None
@@ -710,6 +741,9 @@ class RedisQueue(BaseQueue):
             return []
         now = _clock.now()
         self._seen.seq = self._wake_seq
+        jobs = self._adopt_stashed(queues, limit, now)
+        if jobs:
+            return jobs  # at once: the caller reserves again for the rest, and this is its idle wake-up
         args = [
             self.prefix,
             _GROUP,
@@ -720,7 +754,35 @@ class RedisQueue(BaseQueue):
             _PROMOTE,
             *queues,
         ]
-        rows = self._on_loop_connection("reserve", args)
+        return self._jobs_from(self._on_loop_connection("reserve", args))
+
+    def _adopt_stashed(self, queues: Sequence[str], limit: int, now: float) -> list[QueuedJob]:
+        """Hand out (up to ``limit``) entries a blocking read took for these queues,
+        recording their reservations first (sent ahead of the next reply read)."""
+        self._collect_block(wait=False)
+        if not self._stash:
+            return []
+        wanted = set(queues)
+        with self._block_lock:
+            taken = [item for item in self._stash if item[0] in wanted][:limit]
+            if not taken:
+                return []
+            for item in taken:
+                self._stash.remove(item)
+        args: list[Any] = [self.prefix, _num(now + self.reservation)]
+        for queue, band, entry, _ in taken:
+            args.extend((queue, band, entry))
+        try:
+            self._send_deferred([("adopt", args)])
+        except BaseException:
+            with self._block_lock:
+                self._stash[:0] = taken
+            raise
+        return self._jobs_from((queue.encode(), band, [(entry, fields)]) for queue, band, entry, fields in taken)
+
+    def _jobs_from(self, rows: Any) -> list[QueuedJob]:
+        """Jobs from reserved entries, grouped as ``(queue, band, [(entry id, fields), ...])``;
+        an entry nobody can read goes to the failed store instead."""
         jobs: list[QueuedJob] = []
         connection = self.connection
         decode_job = QueuedJob.decode
@@ -807,6 +869,12 @@ class RedisQueue(BaseQueue):
                 args.extend((queue, band, len(part), *part))
                 count += len(part)
         calls.append(args)
+        self._send_deferred([("ack", call) for call in calls])
+
+    def _send_deferred(self, calls: list[tuple[str, list[Any]]]) -> None:
+        """Send script calls on the loop connection without waiting: their replies are
+        read before the next reply wanted there, and a call whose outcome is unknown is
+        made again (each is harmless to repeat)."""
         self._after_fork()
         with self._loop_lock:
             self._redo_acks()
@@ -816,7 +884,8 @@ class RedisQueue(BaseQueue):
                 while unsent:
                     # EVAL, not EVALSHA: a reply nobody may read before the process
                     # exits must not be NOSCRIPT (a fresh server, a failover, SCRIPT FLUSH)
-                    conn.send_command("EVAL", _ACK, 0, *unsent[0])
+                    name, call_args = unsent[0]
+                    conn.send_command("EVAL", _DEFERRED[name], 0, *call_args)
                     self._sent.append(unsent.popleft())
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self._loop_broken()
@@ -835,7 +904,12 @@ class RedisQueue(BaseQueue):
         self._loop_conn = self._push_conn = None
         self._sent.clear()
         self._redo.clear()
-        self._listener = None
+        self._pubsub = None
+        self._listen_lock = threading.Lock()
+        self._block_lock = threading.Lock()
+        self._block_conn = None
+        self._block_streams = None
+        self._stash = []
         self._loop_lock = threading.RLock()
         self._push_lock = threading.Lock()
         self._mutex = threading.Lock()
@@ -870,7 +944,8 @@ class RedisQueue(BaseQueue):
 
     def _redo_acks(self) -> None:
         while self._redo:
-            self._scripts["ack"](args=self._redo[0])
+            name, args = self._redo[0]
+            self._scripts[name](args=args)
             self._redo.pop(0)
 
     def _sync(self) -> None:
@@ -1128,36 +1203,230 @@ class RedisQueue(BaseQueue):
 
     # -- waiting -------------------------------------------------------------------
     def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
-        """Sleep until a push, release or reclaim notifies, the soonest delayed job is due,
-        ``waker`` is set, or ``timeout`` passes."""
+        """Sleep until a job may be there for ``queues`` — a blocking read of their
+        streams took one, or a push, release or reclaim notified — until the soonest
+        delayed job is due, ``waker`` is set, or ``timeout`` passes."""
         self._sync()
-        self._start_listener()
         with self._mutex:
             self._waiters.add(waker)
             notified = self._wake_seq != getattr(self._seen, "seq", -1)
         try:
             if notified:
                 return
+            # Subscribe (or notice a dropped subscription) before looking for the
+            # soonest delayed job, so a push in between is seen by one or the other.
+            subscription = self._subscription()
+            if subscription is not None and self._drain(subscription):
+                return  # notified, or just subscribed: what was published before is unknown
             pipe = self._client.pipeline(transaction=False)
             for queue in queues:
                 pipe.zrange(self.prefix + queue + ":delayed", 0, 0, withscores=True)
-            soonest = min((rows[0][1] for rows in pipe.execute() if rows), default=None)
+                pipe.zrange(self.prefix + queue + ":bands", 0, -1)
+            replies = pipe.execute()
+            soonest = min((rows[0][1] for rows in replies[0::2] if rows), default=None)
             if soonest is not None:
                 timeout = min(timeout, max(0.0, float(soonest) - _clock.now()))
-            waker.wait(timeout)
+            streams = [(queue, band) for queue, bands in zip(queues, replies[1::2], strict=True) for band in bands]
+            if self._stashed_for(queues):
+                return
+            if subscription is None:
+                waker.wait(min(timeout, max(0.0, self._subscribe_after - _clock.monotonic())))
+            elif self._block_lock.acquire(blocking=False):
+                try:
+                    self._wait_reading(subscription, streams, queues, timeout, waker)
+                finally:
+                    self._block_lock.release()
+            else:  # another loop of this process holds the blocking read: it notifies
+                self._wait_notified(subscription, timeout, waker)
         finally:
             with self._mutex:
                 self._waiters.discard(waker)
 
-    def _start_listener(self) -> None:
-        self._after_fork()
-        if self._listener is not None or self._closed.is_set():
-            return
-        with self._mutex:
-            if self._listener is not None:
+    def _stashed_for(self, queues: Sequence[str]) -> bool:
+        wanted = set(queues)
+        return any(item[0] in wanted for item in self._stash)
+
+    def _wait_reading(
+        self, pubsub: Any, streams: list[tuple[str, bytes]], queues: Sequence[str], timeout: float, waker: Waker
+    ) -> None:
+        """``select()`` on the blocking read, the subscription and ``waker`` together
+        (``_block_lock`` held)."""
+        deadline = _clock.monotonic() + timeout
+        while not waker.is_set():
+            remaining = deadline - _clock.monotonic()
+            if remaining <= 0.001:
                 return
-            self._listener = threading.Thread(target=self._listen, name="rainier-redis-wake", daemon=True)
-            self._listener.start()
+            if self._block_streams is None and streams:
+                self._start_block(streams, remaining)
+            watched = [pubsub.connection._sock, waker.fileno()]
+            if self._block_streams is not None and self._block_conn is not None:
+                watched.append(self._block_conn._sock)
+            try:
+                readable, _, _ = select.select(watched, [], [], remaining)
+            except (AttributeError, OSError, ValueError, TypeError):  # closed under us
+                self._drain(pubsub)
+                return
+            if waker.is_set():
+                return
+            if self._block_streams is not None:
+                self._read_block(wait=False)
+                if self._stashed_for(queues):
+                    self._notify()
+                    return
+            if readable and pubsub.connection is not None and pubsub.connection._sock in readable:
+                if self._drain(pubsub):
+                    return
+
+    def _start_block(self, streams: list[tuple[str, bytes]], seconds: float) -> None:
+        """Send ``XREADGROUP … BLOCK`` for one new entry of each stream (``_block_lock`` held).
+        It ends by itself within a second, so a read nobody collects lapses soon."""
+        try:
+            if self._block_conn is None:
+                conn: Any = self._client.connection_pool.get_connection()
+                conn.send_command("CLIENT", "ID")
+                self._block_client_id = int(conn.read_response())
+                self._block_conn = conn
+            keys = [f"{self.prefix}{queue}:ready:{band.decode()}" for queue, band in streams]
+            block_ms = max(1, int(min(seconds, 1.0) * 1000))
+            self._block_conn.send_command(
+                "XREADGROUP", "GROUP", _GROUP, self.consumer, "COUNT", 1, "BLOCK", block_ms, "STREAMS",
+                *keys, *([">"] * len(keys)),
+            )
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            self._drop_block(exc)
+            return
+        self._block_streams = {key.encode(): stream for key, stream in zip(keys, streams, strict=True)}
+
+    def _collect_block(self, *, wait: bool) -> None:
+        """Take in what an outstanding blocking read handed out, if its reply is there."""
+        if self._block_streams is None or not self._block_lock.acquire(blocking=wait):
+            return  # none outstanding, or the loop waiting on it collects it
+        try:
+            self._read_block(wait=wait)
+        finally:
+            self._block_lock.release()
+
+    def _read_block(self, *, wait: bool, timeout: float = 2.0) -> None:
+        """Read the blocking read's reply into the stash (``_block_lock`` held)."""
+        streams, conn = self._block_streams, self._block_conn
+        if streams is None or conn is None:
+            return
+        try:
+            if not conn.can_read(timeout=timeout if wait else 0):
+                return
+            reply: Any = conn.read_response()
+        except redis.ResponseError as exc:
+            # NOGROUP: a band no reserve has read yet. The next reserve creates its group.
+            log.debug("redis blocking read refused: %s", exc)
+            self._block_streams = None
+            self._notify()
+            return
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            # What it had taken is pending to this consumer with no reservation on
+            # record: reclaim_expired's XAUTOCLAIM puts it back once a reservation long.
+            self._drop_block(exc)
+            return
+        self._block_streams = None
+        for key, entries in reply or ():
+            queue, band = streams[key]
+            for entry, fields in entries:
+                self._stash.append((queue, band, entry, fields))
+
+    def _drop_block(self, exc: BaseException) -> None:
+        log.debug("redis blocking read: %s; reading without it until the next wait", exc)
+        conn, self._block_conn, self._block_streams = self._block_conn, None, None
+        if conn is not None:
+            conn.disconnect()
+            self._client.connection_pool.release(conn)
+
+    def _end_block(self) -> None:
+        """At close: end an outstanding blocking read and hand back what it took, unstarted."""
+        with self._block_lock:
+            if self._block_streams is not None and self._block_conn is not None:
+                try:
+                    self._client.client_unblock(self._block_client_id)
+                    self._read_block(wait=True, timeout=2.0)
+                except Exception as exc:  # noqa: BLE001 - closing: what it took lapses and runs again
+                    self._drop_block(exc)
+            stash, self._stash = self._stash, []
+            if self._block_conn is not None:
+                self._client.connection_pool.release(self._block_conn)
+                self._block_conn = None
+        if not stash:
+            return
+        now = _clock.now()
+        args: list[Any] = [self.prefix, _num(now + self.reservation)]
+        for queue, band, entry, _ in stash:
+            args.extend((queue, band, entry))
+        self._scripts["adopt"](args=args)
+        for job in self._jobs_from((queue.encode(), band, [(entry, fields)]) for queue, band, entry, fields in stash):
+            self._put_back(job, 0.0, max(0, job.attempts - 1))
+
+    def _subscription(self) -> Any:
+        """The wake-up subscription, opened on first use (None while Redis refuses it)."""
+        self._after_fork()
+        if self._pubsub is not None:
+            return self._pubsub
+        with self._listen_lock:
+            if self._pubsub is None and not self._closed.is_set() and _clock.monotonic() >= self._subscribe_after:
+                pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]
+                try:
+                    pubsub.subscribe(self.prefix + "wake")
+                except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                    self._subscription_lost(pubsub, exc)
+                else:
+                    self._subscribe_failures = 0
+                    self._pubsub = pubsub
+            return self._pubsub
+
+    def _subscription_lost(self, pubsub: Any, exc: BaseException) -> None:
+        """Drop a broken subscription; waits fall back to their timeout until it reopens."""
+        self._subscribe_failures += 1
+        self._subscribe_after = _clock.monotonic() + min(0.05 * 2**self._subscribe_failures, 2.0)
+        log.debug("redis wake-up subscription: %s; subscribing again shortly", exc)
+        if self._pubsub is pubsub:
+            self._pubsub = None
+        try:
+            pubsub.close()
+        except Exception:  # noqa: BLE001 - closing a broken connection
+            pass
+
+    def _drain(self, pubsub: Any) -> bool:
+        """Read every message already arrived; True (and every waiting loop woken) if
+        any did, or if the subscription broke, since a notification may be lost then.
+        The subscription's own confirmation counts: before it, nothing was heard."""
+        with self._listen_lock:
+            if self._pubsub is not pubsub:
+                got = True  # replaced or dropped meanwhile
+            else:
+                got = False
+                try:
+                    while pubsub.get_message(timeout=0.0) is not None:
+                        got = True
+                except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                    self._subscription_lost(pubsub, exc)
+                    got = True
+        if got:
+            self._notify()
+        return got
+
+    def _wait_notified(self, pubsub: Any, timeout: float, waker: Waker) -> None:
+        """``select()`` on the subscription's socket and ``waker`` together."""
+        deadline = _clock.monotonic() + timeout
+        while not waker.is_set():
+            remaining = deadline - _clock.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                sock = pubsub.connection._sock
+                readable, _, _ = select.select([sock, waker.fileno()], [], [], remaining)
+            except (AttributeError, OSError, ValueError, TypeError):  # closed under us
+                self._drain(pubsub)
+                return
+            if waker.is_set():
+                return
+            if readable and self._drain(pubsub):
+                return
 
     def _notify(self) -> None:
         with self._mutex:
@@ -1166,32 +1435,11 @@ class RedisQueue(BaseQueue):
         for waker in waiters:
             waker.set()
 
-    def _listen(self) -> None:
-        channel = self.prefix + "wake"
-        failures = 0
-        while not self._closed.is_set():
-            pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]
-            try:
-                pubsub.subscribe(channel)
-                while not self._closed.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is not None:
-                        failures = 0
-                        # the subscribe confirmation counts too: notifications sent
-                        # while unsubscribed were missed, so look again
-                        self._notify()
-            except Exception as exc:  # noqa: BLE001 - waits fall back to their timeout meanwhile
-                failures += 1
-                log.debug("redis wake-up listener: %s; resubscribing", exc)
-                self._notify()
-                self._closed.wait(min(0.05 * 2**failures, 2.0))
-            finally:
-                try:
-                    pubsub.close()
-                except Exception:  # noqa: BLE001 - closing a broken connection
-                    pass
-
     def close(self) -> None:
+        try:
+            self._end_block()
+        except Exception as exc:  # noqa: BLE001 - closing: what the read took lapses and runs again
+            log.warning("redis queue closing: could not hand back what a blocking read took: %s", exc)
         try:
             self._sync()
         except Exception as exc:  # noqa: BLE001 - closing: their reservations lapse and they run again
@@ -1207,9 +1455,13 @@ class RedisQueue(BaseQueue):
                 self._client.connection_pool.release(self._push_conn)
                 self._push_conn = None
         self._closed.set()
-        listener = self._listener
-        if listener is not None and listener is not threading.current_thread():
-            listener.join(timeout=2.0)
+        with self._listen_lock:
+            pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
         try:
             self._forget_consumer()
         except Exception:  # noqa: BLE001 - best effort on the way out

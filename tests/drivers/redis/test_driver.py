@@ -312,23 +312,29 @@ def test_two_loops_on_one_queue_do_not_take_each_others_wake_up(make) -> None:  
     # two workers (two owning loops) on one connection: a reserve by one must not
     # mark the notification the other was owed as seen
     worker_side, producer = make(), make()
-    waker = Waker()
+    waker, other_waker = Waker(), Waker()
     try:
         assert worker_side.reserve_many(["a"], 1) == []
         worker_side.wait_for_jobs(["a"], 0.3, waker)  # subscribes
         assert worker_side.reserve_many(["a"], 1) == []  # loop A looks: nothing
         seq = worker_side._wake_seq
         producer.push(job("a"))
-        wait_until(lambda: worker_side._wake_seq > seq, timeout=5, message="the push's notification")
-        other = threading.Thread(target=lambda: worker_side.reserve_many(["b"], 1))  # loop B looks at its queue
+
+        def loop_b() -> None:  # looks at its queue, then idles: it reads the push's notification
+            worker_side.reserve_many(["b"], 1)
+            worker_side.wait_for_jobs(["b"], 3.0, other_waker)
+
+        other = threading.Thread(target=loop_b)
         other.start()
-        other.join()
+        other.join(5)
+        assert worker_side._wake_seq > seq, "loop B read the notification"
         waker.clear()
         started = time.monotonic()
         worker_side.wait_for_jobs(["a"], 3.0, waker)  # loop A idles
         assert time.monotonic() - started < 1.5, "loop A slept through the push it was notified of"
     finally:
         waker.close()
+        other_waker.close()
 
 
 # -- configuration ----------------------------------------------------------------------
@@ -631,3 +637,104 @@ def test_a_discard_that_fails_does_not_strand_the_jobs_reserved_with_it(
     monkeypatch.setattr(queue._client, "xrange", down)  # moving the bad entry aside fails
     got = queue.reserve_many(["default"], 10)
     assert [j.payload for j in got] == [{"x": 1}, {"marker": "after"}], "reserved, and handed out"
+
+
+# -- the idle loop's blocking read ---------------------------------------------------------
+
+
+def idle_wait(queue: RedisQueue, queues: list[str], seconds: float) -> tuple[threading.Thread, Waker]:
+    """An owning loop, in a thread of its own, that found its queues (which have held
+    a job, so their streams exist) empty and now idles."""
+    waker = Waker()
+
+    def loop() -> None:
+        assert queue.reserve_many(queues, 1) == []
+        queue.wait_for_jobs(queues, 0.2, waker)  # subscribes; the confirmation ends this first wait
+        waker.clear()
+        assert queue.reserve_many(queues, 1) == []
+        queue.wait_for_jobs(queues, seconds, waker)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    wait_until(lambda: queue._block_streams is not None, 5, message="the blocking read to be sent")
+    return thread, waker
+
+
+def used(queue: RedisQueue, name: str = "default") -> None:
+    """Give ``name`` a stream with its consumer group, as a queue that has run jobs has."""
+    queue.push(job(name))
+    (taken,) = queue.reserve_many([name], 1)
+    queue.acknowledge(taken)
+    queue._sync()
+
+
+def test_a_job_pushed_to_an_idle_loop_arrives_with_the_push_and_is_reserved(
+    make, redis_client, prefix: str  # type: ignore[no-untyped-def]
+) -> None:
+    worker_side, producer = make(reservation=30), make()
+    used(worker_side)
+    thread, waker = idle_wait(worker_side, ["default"], 5.0)
+    try:
+        pushed = job()
+        producer.push(pushed)
+        thread.join(5)
+        assert not thread.is_alive(), "the push woke the idle loop"
+        assert [entry[0] for entry in worker_side._stash] == ["default"], "the read took it before any reserve"
+        (got,) = worker_side.reserve_many(["default"], 8)
+        assert (got.id, got.attempts) == (pushed.id, 1)
+        worker_side._sync()
+        member = f"0|{got.receipt.entry.decode()}".ljust(72)
+        assert redis_client.zscore(prefix + "default:reserved", member) is not None, "its reservation is on record"
+        pending = redis_client.xpending_range(stream(prefix), "rainier", "-", "+", 10)
+        assert [p["consumer"].decode() for p in pending] == [worker_side.consumer]
+        assert worker_side.reserve_many(["default"], 8) == [], "handed out once"
+        worker_side.acknowledge(got)
+        worker_side._sync()
+        assert redis_client.xlen(stream(prefix)) == 0 and redis_client.zcard(prefix + "default:reserved") == 0
+    finally:
+        waker.close()
+
+
+def test_the_blocking_read_only_hands_a_job_to_a_reserve_for_its_queue(make) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(), make()
+    used(worker_side, "other")
+    thread, waker = idle_wait(worker_side, ["other"], 5.0)
+    try:
+        producer.push(job("other"))
+        thread.join(5)
+        assert worker_side.reserve_many(["default"], 8) == []
+        assert len(worker_side.reserve_many(["other"], 8)) == 1
+    finally:
+        waker.close()
+
+
+def test_closing_hands_back_what_the_blocking_read_took_uncounted(make) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(), make()
+    used(worker_side)
+    thread, waker = idle_wait(worker_side, ["default"], 5.0)
+    pushed = job()
+    producer.push(pushed)
+    thread.join(5)
+    waker.close()
+    worker_side.close()  # its read took the job, and nobody reserved it
+    again = producer.reserve_many(["default"], 8)
+    assert [(j.id, j.attempts) for j in again] == [(pushed.id, 1)]
+
+
+def test_a_blocking_read_cut_off_loses_nothing(make, redis_client) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(reservation=1), make()
+    used(worker_side)
+    thread, waker = idle_wait(worker_side, ["default"], 0.5)
+    try:
+        redis_client.client_kill_filter(_id=worker_side._block_client_id)
+        thread.join(5)
+        pushed = job()
+        producer.push(pushed)
+        got = worker_side.reserve_many(["default"], 8) or []
+        if not got:  # the push may have raced the kill into the read that died: the net puts it back
+            time.sleep(1.2)
+            worker_side.reclaim_expired()
+            got = producer.reserve_many(["default"], 8)
+        assert [j.id for j in got] == [pushed.id]
+    finally:
+        waker.close()
