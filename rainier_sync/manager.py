@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from . import _clock
 from .container import Container
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["QueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
 
 log = logging.getLogger("rainier_sync")
+
+#: Jobs per slice when a driver stores a batch as it is built.
+_SLICE = 200
 
 
 def new_id() -> str:
@@ -211,6 +215,12 @@ class QueueManager:
         """Queue several jobs on the default connection, one round trip per
         batch where the backend allows; ids in order (None for dropped duplicates)."""
         name = self.default
+        jobs = list(jobs)
+        push_stream = getattr(self.connection(name), "push_stream", None)
+        # Unique jobs take their locks before anything is stored: the lock store may
+        # share the very connection a stream is writing on.
+        if push_stream is not None and not any(type(job).unique_id is not Job.unique_id for job in jobs):
+            return self._stream(name, jobs, push_stream)
         return self._send(name, self._build_many(jobs, name))
 
     def dispatch_now(self, job: Job) -> str:
@@ -299,23 +309,9 @@ class QueueManager:
 
     def _send(self, name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
         driver = self.connection(name)
-        ids: list[str | None] = [job.id for job in jobs]
-        to_push: list[QueuedJob] = []
+        ids: list[str | None] = []
         locked: list[QueuedJob] = []
-        for index, job in enumerate(jobs):
-            if job.unique_key is not None:
-                if self.locks is None:
-                    log.warning(
-                        "job %s is unique but no lock store is configured: dispatched without deduplication",
-                        job.unique_key,
-                    )
-                    job.unique_key = job.unique_owner = None
-                elif not self.locks.acquire(job.unique_key, job.unique_owner or "", job.unique_for or 3600):
-                    ids[index] = None
-                    continue
-                else:
-                    locked.append(job)
-            to_push.append(job)
+        to_push = self._admit(jobs, ids, locked)
         if not to_push:
             return ids
         try:
@@ -332,14 +328,54 @@ class QueueManager:
             else:
                 driver.push_many(to_push)
         except BaseException:
-            assert self.locks is not None or not locked
-            for job in locked:
-                try:
-                    self.locks.release(job.unique_key or "", job.unique_owner or "")  # type: ignore[union-attr]
-                except Exception:  # noqa: BLE001 - the push error is the one to raise
-                    log.exception("could not release unique lock %s after a failed push", job.unique_key)
+            self._release_locks(locked)
             raise
         return ids
+
+    def _stream(self, name: str | None, jobs: Iterable[Job], push_stream: Callable[[Any], None]) -> list[str | None]:
+        """``dispatch_many`` of jobs none of which is unique, for a driver that stores
+        a batch as it is built (``push_stream``): one slice while the next is built."""
+        ids: list[str | None] = []
+        pending = iter(jobs)
+
+        def slices() -> Iterator[list[QueuedJob]]:
+            while chunk := list(itertools.islice(pending, _SLICE)):
+                built = self._build_many(chunk, name)
+                ids.extend(job.id for job in built)
+                yield built
+
+        push_stream(slices())
+        return ids
+
+    def _admit(self, jobs: Iterable[QueuedJob], ids: list[str | None], locked: list[QueuedJob]) -> list[QueuedJob]:
+        """Take the unique jobs' locks; returns the jobs to push, and appends each
+        job's id to ``ids`` (None for a duplicate dropped) and each lock taken to ``locked``."""
+        to_push: list[QueuedJob] = []
+        for job in jobs:
+            if job.unique_key is not None:
+                if self.locks is None:
+                    log.warning(
+                        "job %s is unique but no lock store is configured: dispatched without deduplication",
+                        job.unique_key,
+                    )
+                    job.unique_key = job.unique_owner = None
+                elif not self.locks.acquire(job.unique_key, job.unique_owner or "", job.unique_for or 3600):
+                    ids.append(None)
+                    continue
+                else:
+                    locked.append(job)
+            ids.append(job.id)
+            to_push.append(job)
+        return to_push
+
+    def _release_locks(self, locked: list[QueuedJob]) -> None:
+        """After a failed push: the unique locks its jobs took."""
+        assert self.locks is not None or not locked
+        for job in locked:
+            try:
+                self.locks.release(job.unique_key or "", job.unique_owner or "")  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - the push error is the one to raise
+                log.exception("could not release unique lock %s after a failed push", job.unique_key)
 
     # -- assertions (only a fake can answer them) ---------------------------------------
     def _not_a_fake(self, name: str) -> AssertionError:

@@ -9,7 +9,7 @@ import select
 import sqlite3
 import threading
 import uuid
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ... import _clock, signals
 from ...errors import PayloadError
@@ -301,7 +301,8 @@ class DatabaseQueue(BaseQueue):
         if not jobs:
             return []
         if self.dialect == POSTGRESQL:
-            self._backend.transaction(lambda cursor: self._copy_in(cursor, jobs))
+            slices = [jobs[start : start + 200] for start in range(0, len(jobs), 200)]
+            self._backend.transaction(lambda cursor: self._copy_in(cursor, slices))
         else:
             rows = [self._row(job) for job in jobs]
             insert = self._sql(self._sql.insert_job())
@@ -309,18 +310,40 @@ class DatabaseQueue(BaseQueue):
         self._wake_local()
         return [job.id for job in jobs]
 
-    def _copy_in(self, cursor: Any, jobs: Sequence[QueuedJob]) -> None:
+    def push_stream(self, slices: Iterator[Sequence[QueuedJob]]) -> None:
+        """Store jobs as their slices are built (``dispatch_many``): on PostgreSQL one
+        ``COPY`` takes each slice as it comes, so the server stores one while the
+        next is built; elsewhere the slices are gathered and stored as ``push_many`` does."""
+        if self.dialect != POSTGRESQL:
+            self.push_many([job for part in slices for job in part])
+            return
+        first = next(slices, None)
+        if first is None:
+            return
+        taken: list[Sequence[QueuedJob]] = [first]
+
+        def replayable() -> Iterator[Sequence[QueuedJob]]:
+            # A lost connection runs the transaction again: it must see every slice.
+            yield from list(taken)
+            for part in slices:
+                taken.append(part)
+                yield part
+
+        self._backend.transaction(lambda cursor: self._copy_in(cursor, replayable()))
+        self._wake_local()
+
+    def _copy_in(self, cursor: Any, slices: Iterable[Sequence[QueuedJob]]) -> None:
         """``COPY`` the jobs in (PostgreSQL), then notify each queue, in the caller's transaction.
 
-        Lines go out in slices as they are written, so the server stores one
-        slice while the next is being encoded here.
+        Each slice goes out as it is written, so the server stores one slice while
+        the next is being encoded (or built) here.
         """
         text, name = _copy_text, _copy_name
         queues: set[str] = set()
         with cursor.copy(f"COPY {JOBS} (id, queue, name, body, attempts, priority, available_at) FROM STDIN") as copy:
-            for start in range(0, len(jobs), 200):
+            for part in slices:
                 lines = []
-                for job in jobs[start : start + 200]:
+                for job in part:
                     queue = job.queue
                     queues.add(queue)
                     available_at = float(job.available_at)

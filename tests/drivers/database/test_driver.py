@@ -792,3 +792,76 @@ def test_give_back_frees_unstarted_jobs_without_counting_their_attempt(db_url: s
     again = queue.reserve_many(["default"], 3)
     assert [(j.id, j.attempts) for j in again] == [("g1", 1), ("g2", 1)]
     queue.close()
+
+
+@dataclass
+class Plain(Job):
+    NAME = "dbtest.plain"
+
+    n: int
+    blob: Any = None
+
+    def handle(self, context: JobContext) -> None:
+        ran.append(str(self.n))
+
+
+def stream_manager(url: str, **kwargs: Any) -> QueueManager:
+    queue = DatabaseQueue.from_url(url, **kwargs)
+    return QueueManager(
+        connections={"db": queue},
+        registry=JobRegistry().with_job(Plain).with_job(Once),
+        container=Container(),
+        locks=queue.lock_store(),
+    )
+
+
+def test_dispatch_many_stores_slices_as_they_are_built(db_url: str) -> None:
+    manager = stream_manager(db_url)
+    ids = manager.dispatch_many(Plain(n) for n in range(450))
+    assert len(set(ids)) == 450 and None not in ids
+    unique = manager.dispatch_many([Once("a"), Once("a"), Once("b")])  # taking their locks first
+    assert unique[1] is None and None not in (unique[0], unique[2])
+    assert manager.connection().size() == 452
+    assert Worker(manager, options=WorkerOptions(once=True, concurrency=4)).run().processed == 452
+    assert sorted(ran) == sorted([str(n) for n in range(450)] + ["a", "b"])
+    manager.close()
+
+
+def test_a_dispatch_many_with_a_bad_job_in_a_late_slice_stores_nothing(db_url: str) -> None:
+    from rainier_sync.errors import PayloadError
+
+    manager = stream_manager(db_url)
+    jobs = [Plain(n) for n in range(400)] + [Plain(1, blob=object())]
+    with pytest.raises(PayloadError, match="blob"):
+        manager.dispatch_many(jobs)
+    assert manager.connection().size() == 0
+    manager.close()
+
+
+def test_a_dispatch_many_whose_connection_dies_mid_copy_stores_every_job_once(pg_url: str) -> None:
+    import psycopg
+
+    manager = stream_manager(pg_url, application_name="rainier-copy-loss-test")
+    queue = manager.connection()
+    real_copy_in = queue._copy_in  # type: ignore[attr-defined]
+    calls = {"n": 0}
+
+    def copy_in_losing_the_connection(cursor: Any, slices: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            next(iter(slices))  # the first slice is built and sent, then the server goes away
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                    ("rainier-copy-loss-test",),
+                )
+            cursor.execute("SELECT 1")
+        real_copy_in(cursor, slices)
+
+    queue._copy_in = copy_in_losing_the_connection  # type: ignore[attr-defined]
+    ids = manager.dispatch_many([Plain(n) for n in range(500)])
+    assert calls["n"] == 2, "the transaction ran again on a new connection"
+    assert queue.size() == 500
+    rows = queue._backend.query("SELECT count(DISTINCT id) FROM rainier_jobs")  # type: ignore[attr-defined]
+    assert rows[0][0] == 500 and set(ids) == {r[0] for r in queue._backend.query("SELECT id FROM rainier_jobs")}  # type: ignore[attr-defined]
+    manager.close()
