@@ -155,22 +155,16 @@ def bench_claim_ack(target: Target, n: int, batch: int, backlog: int = 0) -> flo
     return rate
 
 
-def claim_ack_pair(target: Target, n: int, batch: int, backlog: int, repeat: int = 3) -> dict[str, float]:
-    """``claim+ack`` without and with the backlog, interleaved, medians of ``repeat``."""
+def with_and_without_backlog(
+    name: str, measure: Callable[..., float], *args: object, backlog: int, repeat: int = 3
+) -> dict[str, float]:
+    """``measure(*args, backlog=0)`` and with ``backlog``, interleaved, medians of ``repeat``."""
     empty, behind = [], []
     for _ in range(repeat):
-        empty.append(bench_claim_ack(target, n, batch))
-        behind.append(bench_claim_ack(target, n, batch, backlog=backlog))
-    return {"claim+ack": statistics.median(empty), "claim+ack backlog": statistics.median(behind)}
-
-
-def drain_pair(target: Target, n: int, threads: int, backlog: int, repeat: int = 3) -> dict[str, float]:
-    """``drain`` without and with the backlog, interleaved, medians of ``repeat``."""
-    empty, behind = [], []
-    for _ in range(repeat):
-        empty.append(bench_drain(target, n, threads))
-        behind.append(bench_drain(target, n, threads, backlog=backlog))
-    return {"drain": statistics.median(empty), "backlog drain": statistics.median(behind)}
+        empty.append(measure(*args, backlog=0))
+        behind.append(measure(*args, backlog=backlog))
+    label = {"drain": "backlog drain"}.get(name, f"{name} backlog")
+    return {name: statistics.median(empty), label: statistics.median(behind)}
 
 
 def bench_latency(target: Target, probes: int, threads: int) -> tuple[float, float]:
@@ -217,8 +211,12 @@ def main() -> None:
                     "dispatch": bench_dispatch(target, min(args.jobs, 5000)),
                     "dispatch_many": bench_dispatch_many(target, args.jobs * 5),
                     "push_many": bench_push_many(target, args.jobs * 5),
-                    **drain_pair(target, args.jobs, args.threads, args.backlog),
-                    **claim_ack_pair(target, args.jobs, args.batch, args.backlog),
+                    **with_and_without_backlog(
+                        "drain", bench_drain, target, args.jobs, args.threads, backlog=args.backlog
+                    ),
+                    **with_and_without_backlog(
+                        "claim+ack", bench_claim_ack, target, args.jobs, args.batch, backlog=args.backlog
+                    ),
                 }
                 row["backlog / empty"] = row["backlog drain"] / row["drain"]
                 p50, p99 = bench_latency(target, args.probes, args.threads)

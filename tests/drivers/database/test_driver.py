@@ -54,11 +54,22 @@ class Once(Job):
         return self.key
 
 
+@dataclass
+class Plain(Job):
+    NAME = "dbtest.plain"
+
+    n: int
+    blob: Any = None
+
+    def handle(self, context: JobContext) -> None:
+        ran.append(str(self.n))
+
+
 def make_manager(url: str, **kwargs: Any) -> QueueManager:
     queue = DatabaseQueue.from_url(url, **kwargs)
     return QueueManager(
         connections={"db": queue},
-        registry=JobRegistry().with_job(Hello).with_job(Once),
+        registry=JobRegistry().with_job(Hello).with_job(Once).with_job(Plain),
         container=Container(),
         locks=queue.lock_store(),
     )
@@ -770,9 +781,14 @@ def test_a_push_many_that_fails_stores_none_of_its_jobs(db_url: str) -> None:
     queue.close()
 
 
+def numbered(prefix: str, count: int) -> list[QueuedJob]:
+    """``count`` jobs due one after the other, with ids ``prefix0``, ``prefix1``..."""
+    return [QueuedJob(id=f"{prefix}{n}", name="x", queue="default", payload={}, available_at=n) for n in range(count)]
+
+
 def test_acknowledge_and_reserve_settles_and_claims_together(db_url: str) -> None:
     queue = DatabaseQueue.from_url(db_url)
-    queue.push_many([QueuedJob(id=f"j{n}", name="x", queue="default", payload={}, available_at=n) for n in range(6)])
+    queue.push_many(numbered("j", 6))
     first = queue.reserve_many(["default"], 3)
     assert [j.id for j in first] == ["j0", "j1", "j2"]
     second = queue.acknowledge_and_reserve(first, ["default"], 3)
@@ -785,7 +801,7 @@ def test_acknowledge_and_reserve_settles_and_claims_together(db_url: str) -> Non
 
 def test_give_back_frees_unstarted_jobs_without_counting_their_attempt(db_url: str) -> None:
     queue = DatabaseQueue.from_url(db_url)
-    queue.push_many([QueuedJob(id=f"g{n}", name="x", queue="default", payload={}, available_at=n) for n in range(3)])
+    queue.push_many(numbered("g", 3))
     taken = queue.reserve_many(["default"], 3)
     queue.give_back(taken[1:])
     assert queue.counts("default").reserved == 1
@@ -794,29 +810,8 @@ def test_give_back_frees_unstarted_jobs_without_counting_their_attempt(db_url: s
     queue.close()
 
 
-@dataclass
-class Plain(Job):
-    NAME = "dbtest.plain"
-
-    n: int
-    blob: Any = None
-
-    def handle(self, context: JobContext) -> None:
-        ran.append(str(self.n))
-
-
-def stream_manager(url: str, **kwargs: Any) -> QueueManager:
-    queue = DatabaseQueue.from_url(url, **kwargs)
-    return QueueManager(
-        connections={"db": queue},
-        registry=JobRegistry().with_job(Plain).with_job(Once),
-        container=Container(),
-        locks=queue.lock_store(),
-    )
-
-
 def test_dispatch_many_stores_slices_as_they_are_built(db_url: str) -> None:
-    manager = stream_manager(db_url)
+    manager = make_manager(db_url)
     ids = manager.dispatch_many(Plain(n) for n in range(450))
     assert len(set(ids)) == 450 and None not in ids
     unique = manager.dispatch_many([Once("a"), Once("a"), Once("b")])  # taking their locks first
@@ -830,7 +825,7 @@ def test_dispatch_many_stores_slices_as_they_are_built(db_url: str) -> None:
 def test_a_dispatch_many_with_a_bad_job_in_a_late_slice_stores_nothing(db_url: str) -> None:
     from rainier_sync.errors import PayloadError
 
-    manager = stream_manager(db_url)
+    manager = make_manager(db_url)
     jobs = [Plain(n) for n in range(400)] + [Plain(1, blob=object())]
     with pytest.raises(PayloadError, match="blob"):
         manager.dispatch_many(jobs)
@@ -841,7 +836,7 @@ def test_a_dispatch_many_with_a_bad_job_in_a_late_slice_stores_nothing(db_url: s
 def test_a_dispatch_many_whose_connection_dies_mid_copy_stores_every_job_once(pg_url: str) -> None:
     import psycopg
 
-    manager = stream_manager(pg_url, application_name="rainier-copy-loss-test")
+    manager = make_manager(pg_url, application_name="rainier-copy-loss-test")
     queue = manager.connection()
     real_copy_in = queue._copy_in  # type: ignore[attr-defined]
     calls = {"n": 0}
