@@ -98,9 +98,11 @@ def test_sqlite_urls_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.M
     assert absolute.describe().endswith(f"{tmp_path / 'abs.db'})")
     assert absolute._backend.query("PRAGMA journal_mode")[0][0] == "wal"
     assert absolute._backend.query("PRAGMA synchronous")[0][0] == 1  # NORMAL
+    assert absolute._backend.query("PRAGMA wal_autocheckpoint")[0][0] == 10_000
     absolute.close()
-    full = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'abs.db'}?synchronous=FULL")
+    full = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'abs.db'}?synchronous=FULL&wal_autocheckpoint=500")
     assert full._backend.query("PRAGMA synchronous")[0][0] == 2
+    assert full._backend.query("PRAGMA wal_autocheckpoint")[0][0] == 500
     full.close()
 
 
@@ -111,6 +113,8 @@ def test_sqlite_urls_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.M
         ("oracle://host/db", "'oracle' is not supported"),
         ("sqlite://host/jobs.db", "has a host"),
         ("sqlite:///jobs.db?synchronous=SOMETIMES", "synchronous='SOMETIMES'"),
+        ("sqlite:///jobs.db?busy_timeout=soon", "busy_timeout='soon' must be a whole number"),
+        ("sqlite:///jobs.db?wal_autocheckpoint=-1", "wal_autocheckpoint='-1' must be a whole number"),
         ("sqlite:////no/such/dir/jobs.db", "directory '/no/such/dir' does not exist"),
     ],
 )
