@@ -11,7 +11,7 @@ For each dialect (PostgreSQL in a schema of its own, SQLite WAL with
 - ``push_many``: the driver alone, ``push_many`` of jobs built beforehand,
   1,000 per call (what ``dispatch_many`` costs without the manager's work).
 - ``drain``: one :class:`~rainier_sync.Worker` with ``--threads`` threads runs
-  ``--jobs`` no-op jobs from a full queue to empty (``once`` mode).
+  ``--jobs`` no-op jobs from a full queue to empty (``once`` mode); median of 5.
 - ``claim+ack``: the driver alone, one thread: ``acknowledge_and_reserve`` of
   the previous batch and the next ``--batch`` jobs (72: what a worker of 8
   threads claims at most, 8 for its threads and 64 ahead) until empty, the
@@ -20,7 +20,7 @@ For each dialect (PostgreSQL in a schema of its own, SQLite WAL with
   more ready jobs behind them.
 - ``backlog drain``: the same drain of ``--jobs`` jobs with ``--backlog`` more
   ready jobs behind them (``max_jobs``), against the empty-queue drain; both
-  medians of 3, interleaved.
+  medians of 5, interleaved.
 - ``idle latency``: an idle worker (its own connection, ``sleep`` 60 s, so only
   the driver's wake-up starts the job early) and one probe at a time, a random
   0-20 ms apart: from just before ``dispatch`` to the first line of ``handle``.
@@ -212,7 +212,7 @@ def main() -> None:
                     "dispatch_many": bench_dispatch_many(target, args.jobs * 5),
                     "push_many": bench_push_many(target, args.jobs * 5),
                     **with_and_without_backlog(
-                        "drain", bench_drain, target, args.jobs, args.threads, backlog=args.backlog
+                        "drain", bench_drain, target, args.jobs, args.threads, backlog=args.backlog, repeat=5
                     ),
                     **with_and_without_backlog(
                         "claim+ack", bench_claim_ack, target, args.jobs, args.batch, backlog=args.backlog
