@@ -373,6 +373,10 @@ class Worker:
                     len(self._unstarted),
                 )
             self._stop_pool()
+            try:
+                self.driver.worker_stopped()
+            except Exception as exc:  # noqa: BLE001 - what the driver held comes back when its reservations lapse
+                self._operation_failed("worker_stopped", exc)
         return self.stats
 
     def _capacity(self) -> tuple[int, int]:

@@ -252,6 +252,10 @@ class BaseQueue(ABC):
         become available or ``waker`` is set. The default only honours the waker."""
         waker.wait(timeout)
 
+    def worker_stopped(self) -> None:
+        """A worker that waited on this driver has stopped: let go of what its idle
+        waits hold (the Redis driver's blocking read). The driver stays usable."""
+
     def announce_discarded(self, info: ExceptionInfo, raw: object) -> None:
         """Tell listeners (``queue_message_discarded``) about a message this
         driver could not read and moved to its failed store."""

@@ -1339,19 +1339,28 @@ class RedisQueue(BaseQueue):
             conn.disconnect()
             self._client.connection_pool.release(conn)
 
-    def _end_block(self) -> None:
-        """At close: end an outstanding blocking read and hand back what it took, unstarted."""
-        with self._block_lock:
+    def worker_stopped(self) -> None:
+        """End the idle read a stopped worker left outstanding (unless another worker
+        of this process is waiting on it), handing back what it took."""
+        self._end_block(wait=False)
+
+    def _end_block(self, *, wait: bool = True) -> None:
+        """End an outstanding blocking read and hand back what it took, unstarted."""
+        if not self._block_lock.acquire(blocking=wait):
+            return  # another loop is waiting on it: that loop collects what it takes
+        try:
             if self._block_streams is not None and self._block_conn is not None:
                 try:
                     self._client.client_unblock(self._block_client_id)
                     self._read_block(wait=True, timeout=2.0)
-                except Exception as exc:  # noqa: BLE001 - closing: what it took lapses and runs again
+                except Exception as exc:  # noqa: BLE001 - what it took lapses and runs again
                     self._drop_block(exc)
             stash, self._stash = self._stash, []
             if self._block_conn is not None:
                 self._client.connection_pool.release(self._block_conn)
                 self._block_conn = None
+        finally:
+            self._block_lock.release()
         if not stash:
             return
         now = _clock.now()

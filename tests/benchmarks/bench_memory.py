@@ -4,7 +4,9 @@
 
 Dispatch: ``dispatch`` one at a time and ``dispatch_many`` in batches of 1,000.
 Drain: a worker with ``--threads`` threads runs the backlog of no-op jobs
-(``once`` mode, from start to empty). Latency: an idle worker (``sleep`` of
+(``once`` mode, from start to empty). Worker alone: the same drain from a
+driver that hands out ready-made jobs and does nothing else, with 1, 2 and
+``--threads`` threads: what the worker itself costs. Latency: an idle worker (``sleep`` of
 60 s, so only the backend's wake-up can start the job early) and one probe at
 a time: the time from just before ``dispatch`` to the first line of ``handle``.
 """
@@ -18,8 +20,38 @@ import time
 
 from benchjobs import Noop, Probe, percentile, probe_started, started_at
 
-from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions
+from rainier_sync import Container, JobRegistry, QueuedJob, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
+
+
+class ReadyMade(MemoryQueue):
+    """Hands out ``count`` jobs built beforehand; acknowledging them does nothing."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self._left = [QueuedJob(id=str(n), name=Noop.NAME, queue="default", payload={}) for n in range(count)]
+
+    def reserve_many(self, queues: object, limit: int) -> list[QueuedJob]:
+        cut = max(0, len(self._left) - limit)
+        taken, self._left = self._left[cut:], self._left[:cut]
+        for job in taken:
+            job.attempts = 1
+        return taken
+
+    def acknowledge_many(self, jobs: object) -> None:
+        pass
+
+    def reclaim_expired(self) -> int:
+        return 0
+
+
+def worker_alone(jobs: int, threads: int) -> float:
+    driver = ReadyMade(jobs)
+    m = QueueManager({"r": driver}, registry=JobRegistry().with_job(Noop), container=Container())
+    t0 = time.perf_counter()
+    stats = Worker(m, options=WorkerOptions(once=True, concurrency=threads)).run()
+    assert stats.processed == jobs, stats
+    return jobs / (time.perf_counter() - t0)
 
 
 def manager() -> tuple[QueueManager, MemoryQueue]:
@@ -69,10 +101,13 @@ def main() -> None:
     worker.stop()
     worker.join(5)
 
+    alone = {n: worker_alone(args.jobs, n) for n in sorted({1, 2, args.threads})}
+
     print(f"jobs: {args.jobs}, threads: {args.threads}")
     print(f"dispatch (one at a time): {single:,.0f} jobs/s")
     print(f"dispatch_many (1,000 per call): {bulk:,.0f} jobs/s")
     print(f"drain: {args.jobs / drain_s:,.0f} jobs/s ({drain_s:.2f} s)")
+    print("worker alone: " + ", ".join(f"{rate:,.0f} jobs/s with {n} thread(s)" for n, rate in alone.items()))
     print(
         f"idle dispatch-to-start latency over {args.probes} probes: p50 {statistics.median(latencies):.3f} ms, "
         f"p99 {percentile(latencies, 99):.3f} ms"

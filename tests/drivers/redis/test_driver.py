@@ -14,7 +14,7 @@ import pytest
 import redis
 from freezegun import freeze_time
 
-from rainier_sync import QueuedJob, QueueDriver, Worker, WorkerOptions, _clock, signals
+from rainier_sync import QueuedJob, QueueDriver, QueueManager, Worker, WorkerOptions, _clock, signals
 from rainier_sync.drivers import RedisQueue
 from rainier_sync.drivers.base import Waker
 from rainier_sync.errors import ConfigurationError
@@ -738,3 +738,17 @@ def test_a_blocking_read_cut_off_loses_nothing(make, redis_client) -> None:  # t
         assert [j.id for j in got] == [pushed.id]
     finally:
         waker.close()
+
+
+def test_a_stopped_worker_leaves_no_blocking_read_behind(make, redis_url: str) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(), make()
+    used(worker_side)
+    manager = QueueManager({"redis": worker_side}, registry=jobs.registry(), container=jobs.container(redis_url))
+    worker = Worker(manager, options=WorkerOptions(concurrency=2, sleep=5))
+    worker.start()
+    wait_until(lambda: worker_side._block_streams is not None, 5, message="the worker to idle in its blocking read")
+    worker.stop()
+    worker.join(5)
+    pushed = job()
+    producer.push(pushed)
+    assert [j.id for j in producer.reserve_many(["default"], 8)] == [pushed.id], "no read of the stopped worker took it"
