@@ -243,6 +243,16 @@ return 1
 """
 )
 
+# ARGV: prefix, now, queue, band, attempts, due, json: one job (a single dispatch).
+_PUSH_ONE = (
+    _PUSH_LIB
+    + """
+push(ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[2]), {})
+wake(ARGV[1])
+return 1
+"""
+)
+
 # ARGV: prefix, group, consumer, now, deadline, limit, promote_batch, queues...
 # Promotes due delayed jobs, then reads up to ``limit`` entries, queues in the
 # order given and bands lowest first, recording each reservation's deadline.
@@ -585,6 +595,7 @@ class RedisQueue(BaseQueue):
             name: client.register_script(source)
             for name, source in (
                 ("push", _PUSH),
+                ("push_one", _PUSH_ONE),
                 ("reserve", _RESERVE),
                 ("ack", _ACK),
                 ("adopt", _ADOPT),
@@ -718,7 +729,7 @@ class RedisQueue(BaseQueue):
         return f"{queue}\t{priority}\t{job.attempts}\t{float(job.available_at)!r}\t{job.encode()}"
 
     def push(self, job: QueuedJob) -> str:
-        self._on_push_connection("push", [[self.prefix, _num(_clock.now()), self._line(job)]])
+        self._on_push_connection("push_one", [[self.prefix, _num(_clock.now()), *self._push_args(job)]])
         return job.id
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
