@@ -346,16 +346,24 @@ return 1
 """
 )
 
-# ARGV: prefix, deadline, then (queue, band, id) per entry a blocking read handed
-# out: their reservations, recorded once the reply is in.
+# ARGV: prefix, group, consumer, deadline, then (queue, band, id) per entry an idle
+# loop's blocking read took: each still pending to this consumer gets its
+# reservation on record. One that is not (the net put it back, a release already
+# ran) is left alone, so sending this again, late, is harmless. Returns the ids taken.
 _ADOPT = (
     _HELD
     + """
-local P, deadline = ARGV[1], ARGV[2]
-for i = 3, #ARGV, 3 do
-  redis.call('ZADD', P .. ARGV[i] .. ':reserved', deadline, held(ARGV[i + 1], ARGV[i + 2]))
+local P, group, consumer, deadline = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local out = {}
+for i = 5, #ARGV, 3 do
+  local q, band, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local held_by = redis.call('XPENDING', P .. q .. ':ready:' .. band, group, id, id, 1, consumer)
+  if held_by[1] then
+    redis.call('ZADD', P .. q .. ':reserved', deadline, held(band, id))
+    out[#out + 1] = id
+  end
 end
-return 1
+return out
 """
 )
 
@@ -560,6 +568,26 @@ def _positive_ms(name: str, value: Any) -> float | None:
     return float(value) / 1000.0
 
 
+#: An entry an idle loop's blocking read took: queue, band, entry id, its fields,
+#: and when (monotonic) the read was sent.
+_Taken = tuple[str, bytes, bytes, list[bytes], float]
+
+
+class _IdleRead:
+    """One owning loop's blocking read: its connection, the streams an outstanding
+    read covers (None when none is outstanding), and what it took."""
+
+    __slots__ = ("conn", "client_id", "streams", "sent_at", "stash", "lock")
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.client_id = 0
+        self.streams: dict[bytes, tuple[str, bytes]] | None = None
+        self.sent_at = 0.0
+        self.stash: list[_Taken] = []
+        self.lock = threading.Lock()
+
+
 class RedisQueue(BaseQueue):
     """Jobs in Redis streams, read through one consumer group.
 
@@ -620,15 +648,13 @@ class RedisQueue(BaseQueue):
         self._seen = threading.local()
         self._pubsub: Any = None
         self._listen_lock = threading.Lock()
-        # An idle loop also blocks in XREADGROUP on a connection of its own, so a
-        # job pushed to a stream it reads reaches it with the push, not a round
-        # trip after the notification. What that read hands out waits in
-        # ``_stash`` for the next reserve_many, which records its reservations.
-        self._block_lock = threading.Lock()
-        self._block_conn: Any = None
-        self._block_streams: dict[bytes, tuple[str, bytes]] | None = None
-        self._block_client_id = 0
-        self._stash: list[tuple[str, bytes, bytes, list[bytes]]] = []
+        # An idle loop also blocks in XREADGROUP on a connection of its own (one
+        # per owning loop), so a job pushed to a stream it reads reaches it with
+        # the push, not a round trip after the notification. What that read takes
+        # waits in the loop's stash for its next reserve_many.
+        self._reads = threading.local()
+        self._all_reads: set[_IdleRead] = set()
+        self._blocking_reads = True
         self._subscribe_failures = 0
         self._subscribe_after = 0.0
         self._closed = threading.Event()
@@ -750,11 +776,14 @@ class RedisQueue(BaseQueue):
             queues = [queues]
         if limit <= 0 or not queues:
             return []
+        self._after_fork()
         now = _clock.now()
         self._seen.seq = self._wake_seq
-        jobs = self._adopt_stashed(queues, limit, now)
-        if jobs:
-            return jobs  # at once: the caller reserves again for the rest, and this is its idle wake-up
+        read: _IdleRead | None = getattr(self._reads, "read", None)
+        if read is not None and (read.stash or read.streams is not None):
+            jobs = self._take_stash(read, queues, limit, now)
+            if jobs:
+                return jobs  # at once: the caller reserves again for the rest, and this is its idle wake-up
         args = [
             self.prefix,
             _GROUP,
@@ -767,29 +796,48 @@ class RedisQueue(BaseQueue):
         ]
         return self._jobs_from(self._on_loop_connection("reserve", args))
 
-    def _adopt_stashed(self, queues: Sequence[str], limit: int, now: float) -> list[QueuedJob]:
-        """Hand out (up to ``limit``) entries a blocking read took for these queues,
-        recording their reservations first (sent ahead of the next reply read)."""
-        self._collect_block(wait=False)
-        if not self._stash:
-            return []
-        wanted = set(queues)
-        with self._block_lock:
-            taken = [item for item in self._stash if item[0] in wanted][:limit]
+    def _take_stash(self, read: _IdleRead, queues: Sequence[str], limit: int, now: float) -> list[QueuedJob]:
+        """Hand out (up to ``limit``) what this loop's blocking read took for ``queues``.
+
+        Entries the read took moments ago go out at once, their reservations
+        recorded by a script sent ahead of the next reply read on the loop
+        connection: nothing can have claimed them from this consumer meanwhile,
+        as the ``XAUTOCLAIM`` net only takes entries idle for a reservation. Older
+        ones are first checked and recorded in one round trip, and only those
+        still pending to this consumer go out.
+        """
+        with read.lock:
+            self._collect(read, 0.0)
+            wanted = set(queues)
+            taken = [item for item in read.stash if item[0] in wanted][:limit]
             if not taken:
                 return []
             for item in taken:
-                self._stash.remove(item)
-        args: list[Any] = [self.prefix, _num(now + self.reservation)]
-        for queue, band, entry, _ in taken:
+                read.stash.remove(item)
+        recent = _clock.monotonic() - self.reservation / 3
+        fresh = [item for item in taken if item[4] >= recent]
+        older = [item for item in taken if item[4] < recent]
+        deadline = _num(now + self.reservation)
+        if older:
+            still = set(self._on_loop_connection("adopt", self._adopt_args(older, deadline)))
+            older = [item for item in older if item[2] in still]
+        if fresh:
+            try:
+                self._send_deferred([("adopt", self._adopt_args(fresh, deadline))])
+            except BaseException:
+                with read.lock:
+                    read.stash[:0] = fresh
+                raise
+        return self._taken_jobs(fresh + older)
+
+    def _taken_jobs(self, items: Sequence[_Taken]) -> list[QueuedJob]:
+        return self._jobs_from((queue.encode(), band, [(entry, fields)]) for queue, band, entry, fields, _ in items)
+
+    def _adopt_args(self, items: Sequence[_Taken], deadline: str) -> list[Any]:
+        args: list[Any] = [self.prefix, _GROUP, self.consumer, deadline]
+        for queue, band, entry, _, _ in items:
             args.extend((queue, band, entry))
-        try:
-            self._send_deferred([("adopt", args)])
-        except BaseException:
-            with self._block_lock:
-                self._stash[:0] = taken
-            raise
-        return self._jobs_from((queue.encode(), band, [(entry, fields)]) for queue, band, entry, fields in taken)
+        return args
 
     def _jobs_from(self, rows: Any) -> list[QueuedJob]:
         """Jobs from reserved entries, grouped as ``(queue, band, [(entry id, fields), ...])``;
@@ -917,10 +965,8 @@ class RedisQueue(BaseQueue):
         self._redo.clear()
         self._pubsub = None
         self._listen_lock = threading.Lock()
-        self._block_lock = threading.Lock()
-        self._block_conn = None
-        self._block_streams = None
-        self._stash = []
+        self._reads = threading.local()
+        self._all_reads = set()
         self._loop_lock = threading.RLock()
         self._push_lock = threading.Lock()
         self._mutex = threading.Lock()
@@ -1214,15 +1260,18 @@ class RedisQueue(BaseQueue):
 
     # -- waiting -------------------------------------------------------------------
     def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
-        """Sleep until a job may be there for ``queues`` — a blocking read of their
-        streams took one, or a push, release or reclaim notified — until the soonest
-        delayed job is due, ``waker`` is set, or ``timeout`` passes."""
+        """Sleep until a job may be there for ``queues`` — this loop's blocking read of
+        their streams took one, or a push, release or reclaim notified — until the
+        soonest delayed job is due, ``waker`` is set, or ``timeout`` passes."""
         self._sync()
         with self._mutex:
             self._waiters.add(waker)
             notified = self._wake_seq != getattr(self._seen, "seq", -1)
         try:
             if notified:
+                return
+            if self._closed.is_set():
+                waker.wait(timeout)
                 return
             # Subscribe (or notice a dropped subscription) before looking for the
             # soonest delayed job, so a push in between is seen by one or the other.
@@ -1238,148 +1287,163 @@ class RedisQueue(BaseQueue):
             if soonest is not None:
                 timeout = min(timeout, max(0.0, float(soonest) - _clock.now()))
             streams = [(queue, band) for queue, bands in zip(queues, replies[1::2], strict=True) for band in bands]
-            if self._stashed_for(queues):
-                return
-            if subscription is None:
+            read = self._idle_read()
+            if read.stash:
+                return  # taken while this loop was busy: its next reserve hands them out
+            if subscription is None and not (streams and self._blocking_reads):
                 waker.wait(min(timeout, max(0.0, self._subscribe_after - _clock.monotonic())))
-            elif self._block_lock.acquire(blocking=False):
-                try:
-                    self._wait_reading(subscription, streams, queues, timeout, waker)
-                finally:
-                    self._block_lock.release()
-            else:  # another loop of this process holds the blocking read: it notifies
-                self._wait_notified(subscription, timeout, waker)
+                return
+            self._wait_reading(read, subscription, streams, timeout, waker)
         finally:
             with self._mutex:
                 self._waiters.discard(waker)
 
-    def _stashed_for(self, queues: Sequence[str]) -> bool:
-        wanted = set(queues)
-        return any(item[0] in wanted for item in self._stash)
+    def _idle_read(self) -> _IdleRead:
+        """This owning loop's blocking-read state (made on first use)."""
+        read: _IdleRead | None = getattr(self._reads, "read", None)
+        if read is None:
+            read = self._reads.read = _IdleRead()
+            with self._mutex:
+                self._all_reads.add(read)
+        return read
 
     def _wait_reading(
-        self, pubsub: Any, streams: list[tuple[str, bytes]], queues: Sequence[str], timeout: float, waker: Waker
+        self, read: _IdleRead, pubsub: Any, streams: list[tuple[str, bytes]], timeout: float, waker: Waker
     ) -> None:
-        """``select()`` on the blocking read, the subscription and ``waker`` together
-        (``_block_lock`` held)."""
+        """``select()`` on this loop's blocking read, the subscription and ``waker`` together."""
         deadline = _clock.monotonic() + timeout
-        while not waker.is_set():
+        while not waker.is_set() and not self._closed.is_set():
             remaining = deadline - _clock.monotonic()
             if remaining <= 0.001:
                 return
-            if self._block_streams is None and streams:
-                self._start_block(streams, remaining)
-            watched = [pubsub.connection._sock, waker.fileno()]
-            if self._block_streams is not None and self._block_conn is not None:
-                watched.append(self._block_conn._sock)
+            with read.lock:
+                if read.streams is None and streams and self._blocking_reads:
+                    self._start_read(read, streams, remaining)
+                reading = read.conn._sock if read.streams is not None and read.conn is not None else None
+            watched: list[Any] = [waker.fileno()]
+            listening = pubsub.connection._sock if pubsub is not None and pubsub.connection is not None else None
+            if listening is not None:
+                watched.append(listening)
+            if reading is not None:
+                watched.append(reading)
             try:
                 readable, _, _ = select.select(watched, [], [], remaining)
-            except (AttributeError, OSError, ValueError, TypeError):  # closed under us
-                self._drain(pubsub)
+            except (OSError, ValueError, TypeError):  # a socket closed under us
+                if pubsub is not None:
+                    self._drain(pubsub)
                 return
             if waker.is_set():
                 return
-            if self._block_streams is not None:
-                self._read_block(wait=False)
-                if self._stashed_for(queues):
-                    self._notify()
+            if reading is not None:
+                with read.lock:
+                    refused = self._collect(read, 0.0)
+                if read.stash or refused:
                     return
-            if readable and pubsub.connection is not None and pubsub.connection._sock in readable:
-                if self._drain(pubsub):
-                    return
+            if listening is not None and listening in readable and self._drain(pubsub):
+                return
+            if pubsub is not None and pubsub.connection is None:
+                return  # another loop found the subscription broken and dropped it
 
-    def _start_block(self, streams: list[tuple[str, bytes]], seconds: float) -> None:
-        """Send ``XREADGROUP … BLOCK`` for one new entry of each stream (``_block_lock`` held).
+    def _start_read(self, read: _IdleRead, streams: list[tuple[str, bytes]], seconds: float) -> None:
+        """Send ``XREADGROUP … BLOCK`` for one new entry of each stream (``read.lock`` held).
         It ends by itself within a second, so a read nobody collects lapses soon."""
-        try:
-            if self._block_conn is None:
-                conn: Any = self._client.connection_pool.get_connection()
+        if read.conn is None:
+            conn: Any = self._client.connection_pool.get_connection()
+            try:
                 conn.send_command("CLIENT", "ID")
-                self._block_client_id = int(conn.read_response())
-                self._block_conn = conn
-            keys = [f"{self.prefix}{queue}:ready:{band.decode()}" for queue, band in streams]
-            block_ms = max(1, int(min(seconds, 1.0) * 1000))
-            self._block_conn.send_command(
+                read.client_id = int(conn.read_response())
+            except redis.ResponseError as exc:  # CLIENT refused (an ACL, a renamed command)
+                self._client.connection_pool.release(conn)
+                self._blocking_reads = False
+                log.warning("redis: idle workers wait on notifications only (CLIENT ID refused: %s)", exc)
+                return
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                conn.disconnect()
+                self._client.connection_pool.release(conn)
+                log.debug("redis blocking read: %s; waiting on notifications until the next wait", exc)
+                return
+            read.conn = conn
+        keys = [f"{self.prefix}{queue}:ready:{band.decode()}" for queue, band in streams]
+        block_ms = max(1, int(min(seconds, 1.0) * 1000))
+        try:
+            read.conn.send_command(
                 "XREADGROUP", "GROUP", _GROUP, self.consumer, "COUNT", 1, "BLOCK", block_ms, "STREAMS",
                 *keys, *([">"] * len(keys)),
             )
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            self._drop_block(exc)
+            self._drop_read(read, exc)
             return
-        self._block_streams = {key.encode(): stream for key, stream in zip(keys, streams, strict=True)}
+        read.streams = {key.encode(): stream for key, stream in zip(keys, streams, strict=True)}
+        read.sent_at = _clock.monotonic()
 
-    def _collect_block(self, *, wait: bool) -> None:
-        """Take in what an outstanding blocking read handed out, if its reply is there."""
-        if self._block_streams is None or not self._block_lock.acquire(blocking=wait):
-            return  # none outstanding, or the loop waiting on it collects it
+    def _collect(self, read: _IdleRead, timeout: float) -> bool:
+        """Read the blocking read's reply into the stash if it is there (``read.lock``
+        held); True when Redis refused the read (a band no reserve has read yet)."""
+        conn = read.conn
+        if read.streams is None or conn is None:
+            return False
+        if conn._sock is None:  # disconnected under us: its reply is gone with it
+            self._drop_read(read, ConnectionError("the blocking read's connection was closed"))
+            return False
         try:
-            self._read_block(wait=wait)
-        finally:
-            self._block_lock.release()
-
-    def _read_block(self, *, wait: bool, timeout: float = 2.0) -> None:
-        """Read the blocking read's reply into the stash (``_block_lock`` held)."""
-        streams, conn = self._block_streams, self._block_conn
-        if streams is None or conn is None:
-            return
-        try:
-            if not conn.can_read(timeout=timeout if wait else 0):
-                return
+            if not conn.can_read(timeout=timeout):
+                return False
             reply: Any = conn.read_response()
         except redis.ResponseError as exc:
             # NOGROUP: a band no reserve has read yet. The next reserve creates its group.
             log.debug("redis blocking read refused: %s", exc)
-            self._block_streams = None
-            self._notify()
-            return
+            read.streams = None
+            return True
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             # What it had taken is pending to this consumer with no reservation on
             # record: reclaim_expired's XAUTOCLAIM puts it back once a reservation long.
-            self._drop_block(exc)
-            return
-        self._block_streams = None
+            self._drop_read(read, exc)
+            return False
+        streams, read.streams = read.streams, None
         for key, entries in reply or ():
             queue, band = streams[key]
             for entry, fields in entries:
-                self._stash.append((queue, band, entry, fields))
+                read.stash.append((queue, band, entry, fields, read.sent_at))
+        return False
 
-    def _drop_block(self, exc: BaseException) -> None:
-        log.debug("redis blocking read: %s; reading without it until the next wait", exc)
-        conn, self._block_conn, self._block_streams = self._block_conn, None, None
+    def _drop_read(self, read: _IdleRead, exc: BaseException) -> None:
+        log.debug("redis blocking read: %s; waiting on notifications until the next wait", exc)
+        conn, read.conn, read.streams = read.conn, None, None
         if conn is not None:
             conn.disconnect()
             self._client.connection_pool.release(conn)
 
     def worker_stopped(self) -> None:
-        """End the idle read a stopped worker left outstanding (unless another worker
-        of this process is waiting on it), handing back what it took."""
-        self._end_block(wait=False)
+        """End the blocking read the stopping worker's loop (this thread) left
+        outstanding, and hand back what it took."""
+        self._after_fork()
+        read: _IdleRead | None = getattr(self._reads, "read", None)
+        if read is not None:
+            self._reads.read = None
+            self._end_read(read)
 
-    def _end_block(self, *, wait: bool = True) -> None:
-        """End an outstanding blocking read and hand back what it took, unstarted."""
-        if not self._block_lock.acquire(blocking=wait):
-            return  # another loop is waiting on it: that loop collects what it takes
-        try:
-            if self._block_streams is not None and self._block_conn is not None:
+    def _end_read(self, read: _IdleRead) -> None:
+        """End an outstanding blocking read and hand back, unstarted and uncounted,
+        whatever it took that is still this consumer's."""
+        with self._mutex:
+            self._all_reads.discard(read)
+        with read.lock:
+            if read.streams is not None and read.conn is not None:
                 try:
-                    self._client.client_unblock(self._block_client_id)
-                    self._read_block(wait=True, timeout=2.0)
-                except Exception as exc:  # noqa: BLE001 - what it took lapses and runs again
-                    self._drop_block(exc)
-            stash, self._stash = self._stash, []
-            if self._block_conn is not None:
-                self._client.connection_pool.release(self._block_conn)
-                self._block_conn = None
-        finally:
-            self._block_lock.release()
+                    self._client.client_unblock(read.client_id)
+                except Exception as exc:  # noqa: BLE001 - it ends by itself within a second
+                    log.debug("redis: CLIENT UNBLOCK refused (%s); waiting for the read to end", exc)
+                self._collect(read, 2.0)
+                if read.streams is not None:
+                    self._drop_read(read, TimeoutError("the blocking read did not end"))
+            if read.conn is not None:
+                self._client.connection_pool.release(read.conn)
+                read.conn = None
+            stash, read.stash = read.stash, []
         if not stash:
             return
-        now = _clock.now()
-        args: list[Any] = [self.prefix, _num(now + self.reservation)]
-        for queue, band, entry, _ in stash:
-            args.extend((queue, band, entry))
-        self._scripts["adopt"](args=args)
-        for job in self._jobs_from((queue.encode(), band, [(entry, fields)]) for queue, band, entry, fields in stash):
+        still = set(self._on_loop_connection("adopt", self._adopt_args(stash, _num(_clock.now() + self.reservation))))
+        for job in self._taken_jobs([item for item in stash if item[2] in still]):
             self._put_back(job, 0.0, max(0, job.attempts - 1))
 
     def _subscription(self) -> Any:
@@ -1456,10 +1520,15 @@ class RedisQueue(BaseQueue):
             waker.set()
 
     def close(self) -> None:
-        try:
-            self._end_block()
-        except Exception as exc:  # noqa: BLE001 - closing: what the read took lapses and runs again
-            log.warning("redis queue closing: could not hand back what a blocking read took: %s", exc)
+        self._after_fork()
+        self._closed.set()  # first: no loop sends a new blocking read while the old ones end
+        with self._mutex:
+            reads = list(self._all_reads)
+        for read in reads:
+            try:
+                self._end_read(read)
+            except Exception as exc:  # noqa: BLE001 - closing: what the read took lapses and runs again
+                log.warning("redis queue closing: could not hand back what a blocking read took: %s", exc)
         try:
             self._sync()
         except Exception as exc:  # noqa: BLE001 - closing: their reservations lapse and they run again
@@ -1474,7 +1543,6 @@ class RedisQueue(BaseQueue):
             if self._push_conn is not None:
                 self._client.connection_pool.release(self._push_conn)
                 self._push_conn = None
-        self._closed.set()
         with self._listen_lock:
             pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:

@@ -9,6 +9,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import redis
@@ -640,24 +642,40 @@ def test_a_discard_that_fails_does_not_strand_the_jobs_reserved_with_it(
 
 
 # -- the idle loop's blocking read ---------------------------------------------------------
+# A blocking read belongs to one owning loop (one thread): each test runs its loop's
+# calls on one thread of its own.
 
 
-def idle_wait(queue: RedisQueue, queues: list[str], seconds: float) -> tuple[threading.Thread, Waker]:
-    """An owning loop, in a thread of its own, that found its queues (which have held
-    a job, so their streams exist) empty and now idles."""
+@pytest.fixture
+def loop() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(1, thread_name_prefix="owning-loop") as pool:
+        yield pool
+
+
+def go_idle(loop: ThreadPoolExecutor, queue: RedisQueue, queues: list[str], seconds: float) -> tuple[Future, Waker]:
+    """The loop finds its queues (which have held a job, so their streams exist)
+    empty and idles; returns its wait (to join) and its waker."""
     waker = Waker()
 
-    def loop() -> None:
+    def look() -> None:
         assert queue.reserve_many(queues, 1) == []
         queue.wait_for_jobs(queues, 0.2, waker)  # subscribes; the confirmation ends this first wait
         waker.clear()
         assert queue.reserve_many(queues, 1) == []
-        queue.wait_for_jobs(queues, seconds, waker)
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    wait_until(lambda: queue._block_streams is not None, 5, message="the blocking read to be sent")
-    return thread, waker
+    loop.submit(look).result(5)
+    wait = loop.submit(queue.wait_for_jobs, queues, seconds, waker)
+    wait_until(lambda: reading(queue), 5, message="the blocking read to be sent")
+    return wait, waker
+
+
+def reading(queue: RedisQueue) -> bool:
+    return any(read.streams is not None for read in queue._all_reads)
+
+
+def the_read(queue: RedisQueue) -> Any:
+    (read,) = queue._all_reads
+    return read
 
 
 def used(queue: RedisQueue, name: str = "default") -> None:
@@ -669,75 +687,144 @@ def used(queue: RedisQueue, name: str = "default") -> None:
 
 
 def test_a_job_pushed_to_an_idle_loop_arrives_with_the_push_and_is_reserved(
-    make, redis_client, prefix: str  # type: ignore[no-untyped-def]
+    make, loop: ThreadPoolExecutor, redis_client, prefix: str  # type: ignore[no-untyped-def]
 ) -> None:
     worker_side, producer = make(reservation=30), make()
     used(worker_side)
-    thread, waker = idle_wait(worker_side, ["default"], 5.0)
-    try:
-        pushed = job()
-        producer.push(pushed)
-        thread.join(5)
-        assert not thread.is_alive(), "the push woke the idle loop"
-        assert [entry[0] for entry in worker_side._stash] == ["default"], "the read took it before any reserve"
-        (got,) = worker_side.reserve_many(["default"], 8)
-        assert (got.id, got.attempts) == (pushed.id, 1)
-        worker_side._sync()
-        member = f"0|{got.receipt.entry.decode()}".ljust(72)
-        assert redis_client.zscore(prefix + "default:reserved", member) is not None, "its reservation is on record"
-        pending = redis_client.xpending_range(stream(prefix), "rainier", "-", "+", 10)
-        assert [p["consumer"].decode() for p in pending] == [worker_side.consumer]
-        assert worker_side.reserve_many(["default"], 8) == [], "handed out once"
-        worker_side.acknowledge(got)
-        worker_side._sync()
-        assert redis_client.xlen(stream(prefix)) == 0 and redis_client.zcard(prefix + "default:reserved") == 0
-    finally:
-        waker.close()
-
-
-def test_the_blocking_read_only_hands_a_job_to_a_reserve_for_its_queue(make) -> None:  # type: ignore[no-untyped-def]
-    worker_side, producer = make(), make()
-    used(worker_side, "other")
-    thread, waker = idle_wait(worker_side, ["other"], 5.0)
-    try:
-        producer.push(job("other"))
-        thread.join(5)
-        assert worker_side.reserve_many(["default"], 8) == []
-        assert len(worker_side.reserve_many(["other"], 8)) == 1
-    finally:
-        waker.close()
-
-
-def test_closing_hands_back_what_the_blocking_read_took_uncounted(make) -> None:  # type: ignore[no-untyped-def]
-    worker_side, producer = make(), make()
-    used(worker_side)
-    thread, waker = idle_wait(worker_side, ["default"], 5.0)
+    wait, waker = go_idle(loop, worker_side, ["default"], 5.0)
     pushed = job()
     producer.push(pushed)
-    thread.join(5)
+    wait.result(5)
+    assert [entry[0] for entry in the_read(worker_side).stash] == ["default"], "taken before any reserve"
+    (got,) = loop.submit(worker_side.reserve_many, ["default"], 8).result(5)
+    assert (got.id, got.attempts) == (pushed.id, 1)
+    loop.submit(worker_side._sync).result(5)
+    member = f"0|{got.receipt.entry.decode()}".ljust(72)
+    assert redis_client.zscore(prefix + "default:reserved", member) is not None, "its reservation is on record"
+    pending = redis_client.xpending_range(stream(prefix), "rainier", "-", "+", 10)
+    assert [p["consumer"].decode() for p in pending] == [worker_side.consumer]
+    assert loop.submit(worker_side.reserve_many, ["default"], 8).result(5) == [], "handed out once"
+    loop.submit(worker_side.acknowledge, got).result(5)
+    loop.submit(worker_side._sync).result(5)
+    assert redis_client.xlen(stream(prefix)) == 0 and redis_client.zcard(prefix + "default:reserved") == 0
+    waker.close()
+
+
+def test_what_a_loop_s_read_took_goes_to_that_loop_and_queue_only(make, loop: ThreadPoolExecutor) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(), make()
+    used(worker_side, "other")
+    wait, waker = go_idle(loop, worker_side, ["other"], 5.0)
+    producer.push(job("other"))
+    wait.result(5)
+    assert worker_side.reserve_many(["other"], 8) == [], "another loop (thread) does not get it"
+    assert loop.submit(worker_side.reserve_many, ["default"], 8).result(5) == []
+    assert len(loop.submit(worker_side.reserve_many, ["other"], 8).result(5)) == 1
+    waker.close()
+
+
+def test_closing_hands_back_what_the_blocking_read_took_uncounted(make, loop: ThreadPoolExecutor) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(), make()
+    used(worker_side)
+    wait, waker = go_idle(loop, worker_side, ["default"], 5.0)
+    pushed = job()
+    producer.push(pushed)
+    wait.result(5)
     waker.close()
     worker_side.close()  # its read took the job, and nobody reserved it
     again = producer.reserve_many(["default"], 8)
     assert [(j.id, j.attempts) for j in again] == [(pushed.id, 1)]
 
 
-def test_a_blocking_read_cut_off_loses_nothing(make, redis_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_blocking_read_cut_off_loses_nothing(make, loop: ThreadPoolExecutor, redis_client) -> None:  # type: ignore[no-untyped-def]
     worker_side, producer = make(reservation=1), make()
     used(worker_side)
-    thread, waker = idle_wait(worker_side, ["default"], 0.5)
-    try:
-        redis_client.client_kill_filter(_id=worker_side._block_client_id)
-        thread.join(5)
-        pushed = job()
-        producer.push(pushed)
-        got = worker_side.reserve_many(["default"], 8) or []
-        if not got:  # the push may have raced the kill into the read that died: the net puts it back
-            time.sleep(1.2)
-            worker_side.reclaim_expired()
-            got = producer.reserve_many(["default"], 8)
-        assert [j.id for j in got] == [pushed.id]
-    finally:
-        waker.close()
+    wait, waker = go_idle(loop, worker_side, ["default"], 0.5)
+    redis_client.client_kill_filter(_id=the_read(worker_side).client_id)
+    wait.result(5)
+    pushed = job()
+    producer.push(pushed)
+    got = loop.submit(worker_side.reserve_many, ["default"], 8).result(5)
+    if not got:  # the push may have raced the kill into the read that died: the net puts it back
+        time.sleep(1.2)
+        producer.reclaim_expired()
+        got = producer.reserve_many(["default"], 8)
+    assert [j.id for j in got] == [pushed.id]
+    waker.close()
+
+
+def test_an_entry_the_read_took_long_ago_is_not_handed_out_after_the_net_put_it_back(
+    make, loop: ThreadPoolExecutor  # type: ignore[no-untyped-def]
+) -> None:
+    worker_side, other = make(reservation=1), make(reservation=1)
+    used(worker_side)
+    wait, waker = go_idle(loop, worker_side, ["default"], 5.0)
+    pushed = job()
+    other.push(pushed)
+    wait.result(5)  # taken by the read; this loop then stays busy past its reservation
+    time.sleep(1.2)
+    assert other.reclaim_expired() == 1, "the net puts back an entry pending with no reservation on record"
+    (again,) = other.reserve_many(["default"], 8)
+    assert (again.id, again.attempts) == (pushed.id, 2)
+    assert loop.submit(worker_side.reserve_many, ["default"], 8).result(5) == [], "it is the other worker's now"
+    waker.close()
+
+
+def test_recording_a_reservation_again_after_a_release_changes_nothing(
+    make, loop: ThreadPoolExecutor, prefix: str, redis_client  # type: ignore[no-untyped-def]
+) -> None:
+    worker_side, producer = make(), make()
+    used(worker_side)
+    wait, waker = go_idle(loop, worker_side, ["default"], 5.0)
+    producer.push(job())
+    wait.result(5)
+    (taken,) = the_read(worker_side).stash
+    (got,) = loop.submit(worker_side.reserve_many, ["default"], 8).result(5)
+    loop.submit(worker_side.release, got, 0).result(5)
+    # the record sent again, as a connection lost before its reply was read would have it
+    args = worker_side._adopt_args([taken], "9999999999.0")
+    assert worker_side._scripts["adopt"](args=args) == []
+    assert redis_client.zcard(prefix + "default:reserved") == 0
+    assert len(producer.reserve_many(["default"], 8)) == 1, "one copy, queued once"
+    waker.close()
+
+
+def test_a_forked_child_does_not_take_what_its_parent_s_read_took(make, loop: ThreadPoolExecutor) -> None:  # type: ignore[no-untyped-def]
+    worker_side, producer = make(), make()
+    used(worker_side)
+    wait, waker = go_idle(loop, worker_side, ["default"], 5.0)
+    producer.push(job())
+    wait.result(5)
+
+    def as_a_forked_child() -> Any:
+        worker_side._pid = -1  # what a fork looks like to the driver
+        return worker_side.reserve_many(["default"], 8)
+
+    assert loop.submit(as_a_forked_child).result(5) == []
+    waker.close()
+
+
+def test_a_closed_queue_s_wait_sleeps_instead_of_spinning(make) -> None:  # type: ignore[no-untyped-def]
+    queue = make()
+    used(queue)
+    queue.close()
+    waker = Waker()
+    started = time.monotonic()
+    queue.wait_for_jobs(["default"], 0.3, waker)
+    assert time.monotonic() - started >= 0.25
+    waker.close()
+
+
+def test_a_subscription_dropped_by_another_loop_ends_the_wait_cleanly(make, loop: ThreadPoolExecutor) -> None:  # type: ignore[no-untyped-def]
+    queue = make()
+    used(queue)
+    wait, waker = go_idle(loop, queue, ["default"], 3.0)
+    pubsub = queue._pubsub
+    with queue._listen_lock:
+        queue._subscription_lost(pubsub, ConnectionError("dropped by another loop"))
+    started = time.monotonic()
+    assert wait.result(5) is None
+    assert time.monotonic() - started < 2.0
+    waker.close()
 
 
 def test_a_stopped_worker_leaves_no_blocking_read_behind(make, redis_url: str) -> None:  # type: ignore[no-untyped-def]
@@ -746,7 +833,7 @@ def test_a_stopped_worker_leaves_no_blocking_read_behind(make, redis_url: str) -
     manager = QueueManager({"redis": worker_side}, registry=jobs.registry(), container=jobs.container(redis_url))
     worker = Worker(manager, options=WorkerOptions(concurrency=2, sleep=5))
     worker.start()
-    wait_until(lambda: worker_side._block_streams is not None, 5, message="the worker to idle in its blocking read")
+    wait_until(lambda: reading(worker_side), 5, message="the worker to idle in its blocking read")
     worker.stop()
     worker.join(5)
     pushed = job()
