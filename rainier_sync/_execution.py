@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
 from .errors import PayloadError, UnknownJobError
@@ -161,26 +161,6 @@ class Executor:
             assert completion.info is not None
             driver.fail(completion.job, completion.info)
         self.announce(completion)
-
-    def apply_many(
-        self, driver: BaseQueue, completions: Sequence[Completion], applied: list[Completion] | None = None
-    ) -> None:
-        """Like :meth:`apply`, acknowledging the processed ones in one call.
-        Each completion performed is appended to ``applied`` as it is done, so a
-        caller retrying after an exception repeats only what is left (a second
-        ``fail()`` would store the job twice, a second signal would count it twice)."""
-        done = [c for c in completions if c.outcome == PROCESSED]
-        if done:
-            driver.acknowledge_many([c.job for c in done])
-            if applied is not None:
-                applied.extend(done)
-            for c in done:
-                self.announce(c)
-        for c in completions:
-            if c.outcome != PROCESSED:
-                self.apply(driver, c)
-                if applied is not None:
-                    applied.append(c)
 
     def announce(self, completion: Completion) -> None:
         """Release the unique lock where due, log, and send the signals."""

@@ -298,9 +298,7 @@ class Worker:
                     self._backend("reclaim_expired", driver.reclaim_expired)
                 self._collect(now)
                 if self._stop.is_set():
-                    self._unstarted.extend(pool.hold())
-                    while self._declined:
-                        self._unstarted.append(self._declined.popleft())
+                    self._gather_unstarted(pool)
                     handed_back = self._give_back()
                     settled = self._settle()
                     if handed_back and settled and not self._running and not self._unsettled:
@@ -364,9 +362,7 @@ class Worker:
                     self._waker.wait(wait)
         finally:
             self._stop_notice.set()
-            self._unstarted.extend(pool.hold())
-            while self._declined:
-                self._unstarted.append(self._declined.popleft())
+            self._gather_unstarted(pool)
             if self._unstarted and not self._give_back():
                 log.warning(
                     "%d job(s) claimed ahead could not be handed back; they run again once their reservations lapse",
@@ -441,17 +437,7 @@ class Worker:
         if not self._unsettled:
             return True
         acks = self._apply_others()
-        if acks is None:
-            return False
-        if acks:
-            try:
-                self.driver.acknowledge_many([c.job for c in acks])
-            except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
-                self._operation_failed("settle", exc)
-                self._unsettled = acks + self._unsettled
-                return False
-            self._announce(acks)
-        return True
+        return acks is not None and self._acknowledge(acks)
 
     def _settle_and_claim(self, limit: int) -> list[QueuedJob] | None:
         """Acknowledge what finished and claim up to ``limit`` jobs, in one round
@@ -472,18 +458,26 @@ class Worker:
                 return None
             self._announce(acks)
             return jobs
-        if acks:
-            try:
-                driver.acknowledge_many([c.job for c in acks])
-            except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
-                self._operation_failed("settle", exc)
-                self._unsettled = acks + self._unsettled
-                return None
-            self._announce(acks)
+        if not self._acknowledge(acks):
+            return None
         if limit <= 0:
             return []
         found: list[QueuedJob] | None = self._backend("reserve", driver.reserve_many, queues, limit)
         return found
+
+    def _acknowledge(self, acks: list[Completion]) -> bool:
+        """Acknowledge the successful attempts in one call; False (and kept to send
+        again) when the backend failed."""
+        if not acks:
+            return True
+        try:
+            self.driver.acknowledge_many([c.job for c in acks])
+        except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
+            self._operation_failed("settle", exc)
+            self._unsettled = acks + self._unsettled
+            return False
+        self._announce(acks)
+        return True
 
     def _apply_others(self) -> list[Completion] | None:
         """Release or fail the attempts that did not succeed, one call each; returns
@@ -540,6 +534,12 @@ class Worker:
                 log.warning("a job raised %s: stopping the worker", type(completion.exception).__name__)
                 self.stop()
         self._pace = pace
+
+    def _gather_unstarted(self, pool: Pool[QueuedJob]) -> None:
+        """Take the jobs waiting in the pool's line, and those a thread declined, to hand back."""
+        self._unstarted.extend(pool.hold())
+        while self._declined:
+            self._unstarted.append(self._declined.popleft())
 
     def _give_back(self) -> bool:
         """Hand back the claimed jobs that never started (at stop); False when the backend failed."""

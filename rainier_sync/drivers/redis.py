@@ -1494,24 +1494,6 @@ class RedisQueue(BaseQueue):
             self._notify()
         return got
 
-    def _wait_notified(self, pubsub: Any, timeout: float, waker: Waker) -> None:
-        """``select()`` on the subscription's socket and ``waker`` together."""
-        deadline = _clock.monotonic() + timeout
-        while not waker.is_set():
-            remaining = deadline - _clock.monotonic()
-            if remaining <= 0:
-                return
-            try:
-                sock = pubsub.connection._sock
-                readable, _, _ = select.select([sock, waker.fileno()], [], [], remaining)
-            except (AttributeError, OSError, ValueError, TypeError):  # closed under us
-                self._drain(pubsub)
-                return
-            if waker.is_set():
-                return
-            if readable and self._drain(pubsub):
-                return
-
     def _notify(self) -> None:
         with self._mutex:
             self._wake_seq += 1
