@@ -38,7 +38,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _clock, signals
-from ._execution import ABANDONED, Completion, context_for
+from ._execution import INTERRUPTED, Completion, context_for
 from .errors import ConfigurationError, JobCrashedError, JobTimeoutError, PayloadError, RainierError, UnknownJobError
 from .types import ExceptionInfo, QueuedJob, decode, encode
 
@@ -411,6 +411,9 @@ class Supervisor:
     def run(self, queued: QueuedJob, timeout: float, stop_requested: threading.Event) -> Completion:
         """Run one attempt in a child, killing it when it overruns ``timeout`` seconds."""
         executor = self.executor
+        lost = executor.lost(queued)
+        if lost is not None:
+            return lost
         context = executor.context(queued, stop_requested)
         signals.emit(signals.job_processing, executor.sender, job=queued, connection=queued.connection)
         started = _clock.monotonic()
@@ -446,7 +449,7 @@ class Supervisor:
             )
             return executor.conclude(queued, job, error, context, duration)
         if op == "abandoned":
-            return Completion(queued, ABANDONED, duration=duration)
+            return Completion(queued, INTERRUPTED, duration=duration, interrupted=True)
         if op == "timed_out":
             error = JobTimeoutError(
                 f"job {queued.name!r} ({queued.id}) overran its time limit of {timeout:g}s "
