@@ -38,7 +38,7 @@ def rows(app: Flask, sql: str) -> list[Any]:
         return db.execute(sql).fetchall()
 
 
-def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask) -> None:
+def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask, caplog: pytest.LogCaptureFixture) -> None:
     client = app.test_client()
     assert client.post("/signup", data={"name": "Ada", "email": "ada@example.com"}).status_code == 303
     assert "welcome queued" in client.get("/").get_data(as_text=True)
@@ -46,7 +46,7 @@ def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask) -> None
 
     result = app.test_cli_runner().invoke(args=["queue", "work", "--once", "--queue", "mail"])
     assert result.exit_code == 0, result.output
-    assert "1 processed" in result.output
+    assert "worker stopped: 1 processed, 0 released, 0 failed" in caplog.messages
     [(welcomed_at,)] = rows(app, "SELECT welcomed_at FROM signups")
     assert welcomed_at is not None
     assert get_state(app).manager.container.resolve(Mailer).sent == [("ada@example.com", "Welcome, Ada!")]
