@@ -6,7 +6,9 @@ elsewhere), the failed jobs with retry and forget buttons, and a failed job's
 detail page.
 
 Every request, static files included, is refused with 403 until the app gives
-an ``authorize`` callback that returns true for it. Every POST must carry the
+an ``authorize`` callback that returns true for it, and with 503 while the
+app's secret key is missing or one rainier_sync has published (the extension
+refuses to boot with one; this catches a key changed later). Every POST must carry the
 session-bound CSRF token the pages embed (form field ``csrf_token`` or header
 ``X-CSRF-Token``); one without it is refused with 400. Payloads and errors are
 rendered through Jinja's autoescaping only.
@@ -60,10 +62,17 @@ _NOTICES = {
 # -- guards ---------------------------------------------------------------------------------
 @blueprint.before_request
 def _guard() -> None:
-    from . import get_state
+    from . import _SECRET_KEY_ADVICE, _secret_key_problem, get_state
 
     authorize = get_state().authorize
-    if authorize is None or not authorize():
+    if authorize is None:
+        abort(403)
+    # Before authorize(), which may trust a session that anyone could have signed.
+    problem = _secret_key_problem(current_app)
+    if problem is not None:
+        current_app.logger.error("rainier_sync dashboard: refusing %s %s: %s", request.method, request.path, problem)
+        abort(503, description=f"The queue dashboard is turned off: {problem}. {_SECRET_KEY_ADVICE}.")
+    if not authorize():
         abort(403)
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         sent = request.form.get("csrf_token") or request.headers.get("X-CSRF-Token") or ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -64,7 +65,7 @@ def make_app(
     **config: Any,
 ) -> tuple[Flask, QueueManager]:
     app = Flask(name)
-    app.config.update(SECRET_KEY="test-secret", TESTING=True, **config)
+    app.config.update(SECRET_KEY=secrets.token_hex(32), TESTING=True, **config)
     if manager is None:
         manager = QueueManager(
             connections={"primary": MemoryQueue(reservation=30)}, registry=registry(), container=Container()

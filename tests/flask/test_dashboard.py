@@ -205,16 +205,6 @@ def test_a_session_without_a_token_is_refused_even_with_an_empty_one(allowed: tu
     assert client.post(f"/queues/primary/failed/{job_id}/retry", data={"csrf_token": ""}).status_code == 400
 
 
-def test_no_secret_key_is_a_clear_error() -> None:
-    app, manager = make_app(authorize=lambda: True)
-    app.secret_key = None
-    app.config["SECRET_KEY"] = None
-    fail_jobs(manager, "x")
-    app.config["PROPAGATE_EXCEPTIONS"] = True
-    with pytest.raises(RuntimeError, match="secret_key"):
-        app.test_client().get("/queues/")
-
-
 def test_an_unreachable_connection_is_reported_not_fatal() -> None:
     class Broken(MemoryQueue):
         def failed_jobs(self, limit: int = 50) -> list:  # type: ignore[type-arg]
