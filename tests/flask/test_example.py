@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import secrets
 import sqlite3
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def test_the_dashboard_needs_the_login(app: Flask) -> None:
 
 
 def test_embedded_worker_for_development(tmp_path: pathlib.Path) -> None:
-    app = create_app({"APP_DATABASE": str(tmp_path / "dev.sqlite3"), "EMBEDDED_WORKER": True})
+    app = create_app({"APP_DATABASE": str(tmp_path / "dev.sqlite3"), "EMBEDDED_WORKER": True, "TESTING": True})
     [worker] = get_state(app).workers
     try:
         app.test_client().post("/signup", data={"name": "Grace", "email": "grace@example.com"})
@@ -99,7 +100,9 @@ def test_embedded_worker_for_development(tmp_path: pathlib.Path) -> None:
 
 def test_a_worker_in_another_process_for_production(app: Flask) -> None:
     app.test_client().post("/signup", data={"name": "Linus", "email": "linus@example.com"})
-    env = {**os.environ, "APP_DATABASE": app.config["APP_DATABASE"]}
+    # A production run: no debug, and a SECRET_KEY of its own (it refuses to start without one).
+    env = {k: v for k, v in os.environ.items() if k != "FLASK_DEBUG"}
+    env.update(APP_DATABASE=app.config["APP_DATABASE"], SECRET_KEY=secrets.token_hex(32))
     done = subprocess.run(
         [sys.executable, "-m", "flask", "--app", "examples.flask_app", "queue", "work", "--once", "--queue", "mail"],
         cwd=ROOT,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import secrets
 import threading
 
 import pytest
@@ -21,6 +22,7 @@ def test_state_lives_in_app_extensions_and_one_extension_serves_two_apps() -> No
     ext = RainierSync(authorize=lambda: True)
     apps = [Flask("one"), Flask("two")]
     for app in apps:
+        app.secret_key = secrets.token_hex(32)
         ext.init_app(app, manager=QueueManager(connections={"m": MemoryQueue()}, registry=registry()))
     assert not any(isinstance(value, Flask) for value in vars(ext).values())
     one, two = (get_state(app).manager for app in apps)
