@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterator
@@ -310,3 +311,47 @@ def test_a_job_whose_worker_died_on_its_last_attempt_fails_as_crashed(h: Harness
     assert CrashProbe.failed_with == [f"JobCrashedError: {failed.exception.message}"]
     assert locks.owner("contract.crash-probe:k1") is None, "the unique lock goes with the failed job"
     assert (stats.processed, stats.failed) == (0, 1)
+
+
+@dataclass
+class Carries(Job):
+    NAME = "contract.carries"
+
+    value: object = None
+
+
+def _nested(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (_nested(100_000), "field 'value' is nested more than"),
+        ("a\ud800b", "field 'value' holds '\\ud800', a lone surrogate"),
+        ({1: "a"}, "field 'value' has the key 1, which is not a string"),
+        ({"inner": [{None: 1}]}, "field 'value' has the key None, which is not a string"),
+    ],
+    ids=["nested-100000-deep", "lone-surrogate", "int-key", "none-key-below"],
+)
+def test_a_payload_that_cannot_arrive_as_sent_is_refused_at_dispatch(
+    q: BaseQueue, value: object, said: str
+) -> None:
+    from rainier_sync.errors import PayloadError
+
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Carries))
+    with pytest.raises(PayloadError, match="job 'contract.carries': " + re.escape(said)):
+        manager.dispatch(Carries(value))
+    with pytest.raises(PayloadError, match=re.escape(said)):
+        manager.dispatch_many([Carries(1), Carries(value)])
+    assert q.size("default") == 0, "nothing of a refused dispatch is stored"
+
+
+def test_a_queue_name_with_a_nul_is_refused_by_name(q: BaseQueue) -> None:
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Carries))
+    with pytest.raises(ValueError, match=r"queue name 'a\\x00b' contains a NUL character"):
+        manager.dispatch_on("a\x00b", Carries(1))
+    assert q.size("default") == 0
