@@ -265,7 +265,7 @@ def cmd_failed(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     selected = _selected(manager, args.connection)
     if args.id is not None:
         for _, driver in selected:
-            one = _find_failed(driver, args.id)
+            one = driver.failed_job(args.id)
             if one is not None:
                 if args.json:
                     json.dump(_failed_dict(one), out, indent=2)
@@ -304,17 +304,6 @@ def cmd_failed(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     if total > len(found):
         out.write(f"Showing the newest {len(found)} of {total} failed jobs (--limit=N shows more).\n")
     return EXIT_OK
-
-
-def _find_failed(driver: BaseQueue, job_id: str) -> FailedJob | None:
-    lookup = getattr(driver, "failed_job", None)
-    if callable(lookup):
-        found: FailedJob | None = lookup(job_id)
-        return found
-    for failed in driver.failed_jobs(limit=max(driver.failed_count(), 1)):
-        if failed.id == job_id:
-            return failed
-    return None
 
 
 def _no_failed_job(frontend: Frontend, job_id: str) -> CommandError:
@@ -367,29 +356,40 @@ def _show_failed(out: IO[str], failed: FailedJob) -> None:
 
 
 def cmd_retry(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    from .errors import UniqueLockHeldError
+
     manager = frontend.manager(args)
     selected = _selected(manager, args.connection)
     if args.id != "all":
-        for name, driver in selected:
-            if driver.retry_failed(args.id):
+        for name, _ in selected:
+            if manager.retry_failed(args.id, connection=name):
                 out.write(f"Queued failed job {args.id} again on connection {name}.\n")
                 return EXIT_OK
         raise _no_failed_job(frontend, args.id)
     # Ids first, so a job that is retried and fails again meanwhile is not retried twice.
-    pending: list[tuple[BaseQueue, str]] = []
-    for _, driver in selected:
-        pending.extend((driver, failed.id) for failed in driver.failed_jobs(limit=max(driver.failed_count(), 1)))
+    pending: list[tuple[str, str]] = []
+    for name, driver in selected:
+        pending.extend((name, failed.id) for failed in driver.failed_jobs(limit=max(driver.failed_count(), 1)))
     progress = _Progress("Retrying", len(pending))
     retried = gone = 0
-    for done, (driver, job_id) in enumerate(pending, 1):
-        if driver.retry_failed(job_id):
-            retried += 1
-        else:
-            gone += 1
+    held: list[str] = []
+    for done, (name, job_id) in enumerate(pending, 1):
+        try:
+            if manager.retry_failed(job_id, connection=name):
+                retried += 1
+            else:
+                gone += 1
+        except UniqueLockHeldError as exc:
+            held.append(str(exc))
         progress.update(done)
     progress.finish()
-    note = f" ({gone} were already gone)" if gone else ""
+    notes = [f"{gone} were already gone"] if gone else []
+    if held:
+        notes.append(f"{len(held)} kept: a live copy holds their unique lock")
+    note = f" ({'; '.join(notes)})" if notes else ""
     out.write(f"Queued {retried} failed job(s) again{note}.\n")
+    for line in held:
+        out.write(f"  {line}\n")
     return EXIT_OK
 
 

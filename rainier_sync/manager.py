@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from . import _clock
 from .container import Container
-from .errors import JobDefinitionError, NoQueueConfiguredError, UnknownConnectionError
+from .errors import JobDefinitionError, NoQueueConfiguredError, UniqueLockHeldError, UnknownConnectionError
 from .job import Job, check_count, check_job_class, check_queue_name
 from .registry import JobRegistry
 from .types import MAX_COUNT, QueuedJob
@@ -233,6 +233,35 @@ class QueueManager:
         finally:
             if queued.unique_key is not None and self.locks is not None and queued.unique_owner:
                 self.locks.release(queued.unique_key, queued.unique_owner)
+
+    def retry_failed(self, id: str, connection: str | None = None) -> bool:
+        """Queue a failed job again (attempts reset); False when no failed job has ``id``.
+
+        A unique job takes its lock again first, so a fresh dispatch of the same
+        job is dropped as a duplicate while the retried one is queued. When a live
+        copy holds the lock, :class:`~rainier_sync.errors.UniqueLockHeldError` says
+        so and the failed entry stays where it is.
+        """
+        driver = self.connection(connection)
+        failed = driver.failed_job(id)
+        queued = failed.job if failed is not None else None
+        if queued is None or queued.unique_key is None or self.locks is None:
+            return driver.retry_failed(id)
+        key = queued.unique_key
+        owner = queued.unique_owner = queued.unique_owner or new_id()
+        if not self.locks.acquire(key, owner, queued.unique_for or 3600):
+            raise UniqueLockHeldError(
+                f"failed job {id} ({queued.name}) was not retried: it is unique ({key}) and a copy of it is queued "
+                "or running now; its failed entry is kept"
+            )
+        try:
+            retried = driver.retry_failed(id)
+        except BaseException:
+            self._release_locks([queued])
+            raise
+        if not retried:
+            self._release_locks([queued])
+        return retried
 
     # -- internals -------------------------------------------------------------------
     def build(

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
 from werkzeug.routing import BaseConverter, ValidationError
 
+from ..errors import UniqueLockHeldError
 from ..types import FailedJob, QueueCounts
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ _NOTICES = {
     "retried-all": "{count} failed job(s) were queued again.",
     "forgotten": "Job {job} was deleted.",
     "missing": "There is no failed job {job} any more.",
+    "held": "Job {job} was not queued again: it is unique and a copy of it is queued or running now.",
 }
 
 
@@ -287,17 +289,6 @@ def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> 
     )
 
 
-def _find_failed(driver: BaseQueue, job_id: str) -> FailedJob | None:
-    lookup = getattr(driver, "failed_job", None)
-    if callable(lookup):
-        found: FailedJob | None = lookup(job_id)
-        return found
-    for job in driver.failed_jobs(limit=1_000_000):
-        if job.id == job_id:
-            return job
-    return None
-
-
 def _driver(name: str) -> BaseQueue:
     from . import get_state
 
@@ -340,7 +331,7 @@ def index() -> str:
 @blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>", methods=["GET"])
 def failed_job(connection: str, job_id: str) -> str:
     driver = _driver(connection)
-    job = _find_failed(driver, job_id)
+    job = driver.failed_job(job_id)
     if job is None:
         abort(404, description=f"No failed job {job_id!r} on connection {connection!r}.")
     return render_template(
@@ -354,7 +345,13 @@ def failed_job(connection: str, job_id: str) -> str:
 
 @blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>/retry", methods=["POST"])
 def retry(connection: str, job_id: str) -> BaseResponse:
-    done = _driver(connection).retry_failed(job_id)
+    from . import get_state
+
+    _driver(connection)
+    try:
+        done = get_state().manager.retry_failed(job_id, connection=connection)
+    except UniqueLockHeldError:
+        return redirect(url_for(".index", notice="held", job=job_id), code=303)
     return redirect(url_for(".index", notice="retried" if done else "missing", job=job_id), code=303)
 
 
@@ -366,8 +363,16 @@ def forget(connection: str, job_id: str) -> BaseResponse:
 
 @blueprint.route("/<rainier_sync_segment:connection>/retry-failed", methods=["POST"])
 def retry_all(connection: str) -> BaseResponse:
+    from . import get_state
+
     driver = _driver(connection)
+    manager = get_state().manager
     # Ids first, so a job that is retried and fails again meanwhile is not retried twice.
     ids = [job.id for job in driver.failed_jobs(limit=max(driver.failed_count(), 1))]
-    done = sum(1 for job_id in ids if driver.retry_failed(job_id))
+    done = 0
+    for job_id in ids:
+        try:
+            done += manager.retry_failed(job_id, connection=connection)
+        except UniqueLockHeldError:
+            pass  # kept in the failed list, where the page still shows it
     return redirect(url_for(".index", notice="retried-all", count=done), code=303)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 
 import pytest
 from freezegun import freeze_time
 
 import rainier_sync
 from rainier_sync.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main
+from rainier_sync import Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
+from rainier_sync.locks import MemoryLockStore
 
 from . import app
 
@@ -464,3 +467,41 @@ def test_fail_on_failed_needs_a_run_that_ends(memory: MemoryQueue, capsys: pytes
         "rainier-sync: error: --fail-on-failed needs --once or --max-jobs: a worker that runs until stopped "
         "has no run to judge (see rainier-sync queue:work --help)\n"
     )
+
+
+@dataclass
+class OnlyOne(Job):
+    NAME = "cli-tests.only-one"
+
+    key: str = "k"
+
+    def handle(self, context: JobContext) -> None:
+        raise RuntimeError("fails")
+
+    def unique_id(self) -> str:
+        return self.key
+
+
+def test_retry_takes_a_unique_jobs_lock_again_or_says_a_live_copy_holds_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    driver = MemoryQueue()
+    manager = app.current = QueueManager(
+        connections={"main": driver}, registry=JobRegistry().with_job(OnlyOne), locks=MemoryLockStore()
+    )
+    first = manager.dispatch(OnlyOne())
+    Worker(manager, options=WorkerOptions(once=True, concurrency=1)).run()
+    assert [f.id for f in driver.failed_jobs()] == [first]
+    assert main(["queue:retry", str(first), APP]) == EXIT_OK
+    assert manager.dispatch(OnlyOne()) is None, "after the retry, a fresh dispatch is a duplicate"
+    assert driver.size() == 1
+    # Fail it again, then queue a live copy: the retry must not make it two.
+    Worker(manager, options=WorkerOptions(once=True, concurrency=1)).run()
+    live = manager.dispatch(OnlyOne())
+    assert live is not None
+    capsys.readouterr()
+    assert main(["queue:retry", str(first), APP]) == EXIT_FAILURE
+    assert "is unique (cli-tests.only-one:k) and a copy of it is queued or running now" in capsys.readouterr().err
+    assert main(["queue:retry", "all", APP]) == EXIT_OK
+    assert "Queued 0 failed job(s) again (1 kept: a live copy holds their unique lock)" in capsys.readouterr().out
+    assert [f.id for f in driver.failed_jobs()] == [first] and [j.id for j in driver.jobs] == [live]

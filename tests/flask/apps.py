@@ -54,6 +54,16 @@ class Explode(Job):
         raise RuntimeError(self.message)
 
 
+@dataclass
+class UniqueExplode(Explode):
+    """An :class:`Explode` of which only one per message may be queued."""
+
+    NAME = "tests.flask.unique-explode"
+
+    def unique_id(self) -> str:
+        return self.message
+
+
 def registry() -> JobRegistry:
     return JobRegistry().with_job(RecordApp).with_job(Explode).with_job(TimedReport)
 

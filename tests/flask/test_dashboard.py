@@ -232,6 +232,35 @@ def test_retry_all_of_a_connection(allowed: tuple[Flask, QueueManager]) -> None:
     assert "3 failed job(s) were queued again." in client.get(done.headers["Location"]).get_data(as_text=True)
 
 
+def test_retry_of_a_unique_job_a_live_copy_holds_keeps_it_and_says_why() -> None:
+    from rainier_sync import Container, JobRegistry
+    from rainier_sync.locks import MemoryLockStore
+
+    from .apps import UniqueExplode
+
+    manager = QueueManager(
+        connections={"primary": MemoryQueue()},
+        registry=JobRegistry().with_job(UniqueExplode),
+        container=Container(),
+        locks=MemoryLockStore(),
+    )
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    failed_id = manager.dispatch(UniqueExplode("once"))
+    memory(manager).drain()
+    live_id = manager.dispatch(UniqueExplode("once"))
+    assert failed_id and live_id
+    client = app.test_client()
+    token = token_of(client)
+    done = client.post(f"/queues/primary/failed/{failed_id}/retry", data={"csrf_token": token})
+    assert done.status_code == 303
+    page = client.get(done.headers["Location"]).get_data(as_text=True)
+    assert f"Job {failed_id} was not queued again: it is unique and a copy of it is queued or running now." in page
+    assert [f.id for f in memory(manager).failed] == [failed_id]
+    assert [j.id for j in memory(manager).jobs] == [live_id]
+    client.post("/queues/primary/retry-failed", data={"csrf_token": token})
+    assert [f.id for f in memory(manager).failed] == [failed_id], "retry all keeps it too"
+
+
 # -- job ids that are awkward in a URL -------------------------------------------------------------
 #: Ids the dashboard must be able to link to, retry and forget. The Redis driver names an unreadable
 #: entry after its queue, which may hold "/"; the rest is whatever a driver or a producer chose.
