@@ -10,8 +10,8 @@ import pytest
 from freezegun import freeze_time
 
 import rainier_sync
-from rainier_sync.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main
 from rainier_sync import Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from rainier_sync.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.locks import MemoryLockStore
 
