@@ -203,8 +203,12 @@ def _selected(manager: QueueManager, name: str | None) -> list[tuple[str, BaseQu
 def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
     stats = run_worker(frontend, frontend.manager(args), args)
     summary = f"worker stopped: {stats.processed} processed, {stats.released} released, {stats.failed} failed"
-    if args.fail_on_failed and stats.failed:
-        log.warning("%s; exit 1: %d job(s) failed for good (--fail-on-failed)", summary, stats.failed)
+    for count, what in ((stats.discarded, "unreadable"), (stats.interrupted, "interrupted")):
+        if count:
+            summary += f", {count} {what}"
+    lost = stats.failed + stats.discarded
+    if args.fail_on_failed and lost:
+        log.warning("%s; exit 1: %d job(s) failed for good (--fail-on-failed)", summary, lost)
         return EXIT_FAILURE
     log.info("%s", summary)
     return EXIT_OK
@@ -238,6 +242,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         "connection": args.connection,
         "child_setup": args.child_setup,
         "prefetch": args.prefetch,
+        "give_up": args.give_up,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -649,6 +654,12 @@ def build_parser(frontend: Frontend | None = None) -> _Parser:
         "--fail-on-failed",
         action="store_true",
         help="with --once or --max-jobs: exit 1 when a job of this run failed for good",
+    )
+    work.add_argument(
+        "--give-up",
+        type=_seconds,
+        metavar="SECONDS",
+        help="with --once: exit 1 once the backend has kept failing this long (default: 30)",
     )
     work.add_argument("--max-jobs", type=_positive_int, metavar="N", help="exit after taking N jobs")
     work.add_argument("--sleep", type=_seconds, metavar="SECONDS", help="longest idle wait (default: 1)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager
 from rainier_sync.drivers import MemoryQueue
@@ -131,6 +132,18 @@ class UnreachableQueue(MemoryQueue):
 
     def reclaim_expired(self) -> int:
         raise self._down()
+
+
+class DownQueue(UnreachableQueue):
+    """An :class:`UnreachableQueue` whose claims fail too."""
+
+    def reserve_many(self, queues: Any, limit: int) -> list[Any]:
+        raise self._down()
+
+
+def down() -> QueueManager:
+    """Factory for ``--app tests.cli.app:down``: every claim fails."""
+    return QueueManager(connections={"main": DownQueue(ConnectionError)}, registry=registry)
 
 
 class UnavailableAndMisconfigured(QueueUnavailableError, ConfigurationError):

@@ -20,7 +20,7 @@ pytest.importorskip("redis", reason="the redis extra is not installed")
         ["queue:failed", "0123456789abcdef"],
         ["queue:retry", "all"],
         ["queue:reclaim"],
-        ["queue:work", "--once", "--app=tests.cli.app:from_env"],
+        ["queue:work", "--once", "--give-up=1", "--app=tests.cli.app:from_env"],
     ],
     ids=lambda command: " ".join(command[:2]),
 )
@@ -31,3 +31,9 @@ def test_redis_on_a_closed_port_exits_1_with_one_line(command: list[str]) -> Non
     assert done.stdout == ""
     assert done.stderr.startswith("rainier-sync: error: ") and done.stderr.count("\n") == 1
     assert f"127.0.0.1:{port}" in done.stderr
+
+
+def test_a_once_run_gives_up_after_the_time_it_was_given() -> None:
+    done = run("queue:work", "--once", "--give-up=0.5", "--app=tests.cli.app:down", timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "kept failing for" in done.stderr and "giving up this --once run" in done.stderr
