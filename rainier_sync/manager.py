@@ -128,6 +128,8 @@ class QueueManager:
             declared = ", ".join(sorted(self._connections)) or "none"
             raise UnknownConnectionError(f"default connection {default!r} is not declared (declared: {declared})")
         self.default: str | None = default
+        #: Where dispatches go instead of the drivers (see :meth:`route_sends`).
+        self._router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None = None
         for name, driver in self._connections.items():
             driver.bind(self, name)
 
@@ -217,7 +219,11 @@ class QueueManager:
         push_stream = getattr(self.connection(name), "push_stream", None)
         # Unique jobs take their locks before anything is stored: the lock store may
         # share the very connection a stream is writing on.
-        if push_stream is not None and not any(type(job).unique_id is not Job.unique_id for job in jobs):
+        if (
+            push_stream is not None
+            and self._router is None
+            and not any(type(job).unique_id is not Job.unique_id for job in jobs)
+        ):
             return self._stream(name, jobs, push_stream)
         return self._send(name, self._build_many(jobs, name))
 
@@ -262,6 +268,18 @@ class QueueManager:
         if not retried:
             self._release_locks([queued])
         return retried
+
+    def send_queued(self, connection: str | None, jobs: list[QueuedJob]) -> list[str | None]:
+        """Queue jobs built elsewhere (by :meth:`build`, in a timeout child) on
+        ``connection``: unique locks taken here, ids as ``dispatch_many`` gives them."""
+        return self._send(connection, jobs)
+
+    def route_sends(self, router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None) -> None:
+        """Hand every dispatch of this manager to ``router(connection, jobs)``
+        instead of its drivers (None: stop). A timeout child routes its jobs'
+        dispatches to the worker this way; a dispatch ``within`` a caller's
+        transaction is never routed."""
+        self._router = router
 
     # -- internals -------------------------------------------------------------------
     def build(
@@ -338,6 +356,8 @@ class QueueManager:
         return queued
 
     def _send(self, name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
+        if self._router is not None and within is None:
+            return self._router(name, jobs)
         driver = self.connection(name)
         ids: list[str | None] = []
         locked: list[QueuedJob] = []
@@ -460,6 +480,11 @@ def instance() -> QueueManager:
             "no QueueManager is set for this process: call rainier_sync.set_instance(manager) at boot"
         )
     return manager
+
+
+def instance_or_none() -> QueueManager | None:
+    """The manager :func:`set_instance` set for this process, or None."""
+    return _instance
 
 
 def set_instance(manager: QueueManager | None) -> QueueManager | None:

@@ -268,7 +268,7 @@ class MemoryQueue(BaseQueue):
     def drain(self, registry: JobRegistry | None = None, container: Container | None = None) -> int:
         """Run every due job in this thread, one at a time; returns how many
         attempts ran. Delayed and backed-off jobs stay queued until due."""
-        from .._execution import Executor
+        from ..execution import Executor
 
         manager = self._manager
         registry = registry or (manager.registry if manager is not None else None)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 from .. import _clock
-from .._execution import ABANDONED, FAILED, PROCESSED, Executor
+from ..execution import ABANDONED, FAILED, PROCESSED, Executor
 from ..types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
 from .base import BaseQueue, QueueDriver
 
@@ -57,13 +57,13 @@ class SyncQueue(BaseQueue):
         while True:
             job.attempts += 1
             completion = executor.run(job)
-            if completion.outcome == ABANDONED:
+            if completion.outcome is ABANDONED:
                 assert completion.exception is not None
                 raise completion.exception
             executor.announce(completion)
-            if completion.outcome == PROCESSED:
+            if completion.outcome is PROCESSED:
                 return job.id
-            if completion.outcome == FAILED:
+            if completion.outcome is FAILED:
                 assert completion.info is not None
                 self.failed.append(FailedJob.of(job, completion.info, _clock.now()))
                 if completion.exception is not None:

@@ -8,6 +8,7 @@ from freezegun import freeze_time
 
 from rainier_sync import Container, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
+from rainier_sync.execution import Outcome
 
 from . import jobs
 
@@ -48,7 +49,7 @@ def test_kept_while_released_for_retry_and_released_on_final_failure(manager: Qu
     first = memory.reserve(["default"])
     assert first is not None
     completion = worker.executor.run(first)
-    assert completion.outcome == "released"
+    assert completion.outcome is Outcome.RELEASED
     worker.executor.apply(memory, completion)
     assert manager.dispatch(jobs.Unique("a")) is None, "a job waiting for its retry still holds the lock"
     run_once(manager)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions, signals
-from rainier_sync._execution import FAILED, RELEASED, Completion
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.drivers import base as driver_base
+from rainier_sync.execution import FAILED, RELEASED, Completion
 from rainier_sync.types import ExceptionInfo
 
 from . import jobs

@@ -20,9 +20,9 @@ from rainier_sync import (
     Worker,
     WorkerOptions,
 )
-from rainier_sync._pool import Pool
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.drivers.base import BaseQueue
+from rainier_sync.worker.pool import Pool
 from tests.support import wait_until
 
 from . import jobs

@@ -10,6 +10,7 @@ what happens next (and runs ``failed()`` after the last attempt), and
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import threading
 from dataclasses import dataclass
@@ -28,9 +29,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rainier_sync")
 
-PROCESSED, RELEASED, FAILED, ABANDONED = "processed", "released", "failed", "abandoned"
-#: An attempt ``Worker.stop()`` cut short: handed back without spending a try.
-INTERRUPTED = "interrupted"
+class Outcome(enum.Enum):
+    """What one attempt came to, and so what is done with its job."""
+
+    #: It succeeded: the job is acknowledged.
+    PROCESSED = "processed"
+    #: It failed with attempts left: the job is released for a retry after its backoff.
+    RELEASED = "released"
+    #: It failed for good (or could not run): the job goes to the failed store.
+    FAILED = "failed"
+    #: The job itself raised ``SystemExit``/``KeyboardInterrupt``: released, the try spent.
+    ABANDONED = "abandoned"
+    #: ``Worker.stop()`` cut it short: handed back without spending a try.
+    INTERRUPTED = "interrupted"
+
+
+PROCESSED, RELEASED, FAILED = Outcome.PROCESSED, Outcome.RELEASED, Outcome.FAILED
+ABANDONED, INTERRUPTED = Outcome.ABANDONED, Outcome.INTERRUPTED
 
 
 @dataclass(slots=True)
@@ -38,7 +53,7 @@ class Completion:
     """The outcome of one attempt, waiting to be applied to the driver."""
 
     job: QueuedJob
-    outcome: str
+    outcome: Outcome
     delay: float = 0.0
     info: ExceptionInfo | None = None
     exception: BaseException | None = None
@@ -187,11 +202,11 @@ class Executor:
     # -- settling ----------------------------------------------------------------
     def apply(self, driver: BaseQueue, completion: Completion) -> None:
         """Perform one completion on the driver, then announce it."""
-        if completion.outcome == PROCESSED:
+        if completion.outcome is PROCESSED:
             driver.acknowledge(completion.job)
-        elif completion.outcome == INTERRUPTED:
+        elif completion.outcome is INTERRUPTED:
             driver.give_back([completion.job])
-        elif completion.outcome == RELEASED or completion.outcome == ABANDONED:
+        elif completion.outcome is RELEASED or completion.outcome is ABANDONED:
             driver.release(completion.job, completion.delay)
         else:
             assert completion.info is not None
@@ -202,16 +217,16 @@ class Executor:
         """Release the unique lock where due, log, and send the signals."""
         job = completion.job
         outcome = completion.outcome
-        if outcome == PROCESSED:
+        if outcome is PROCESSED:
             self.release_unique(job)
             signals.emit(
                 signals.job_processed, self.sender, job=job, connection=job.connection, duration=completion.duration
             )
             return
-        if outcome == ABANDONED:
+        if outcome is ABANDONED:
             log.warning("job %s (%s) was interrupted; released for another attempt", job.id, job.name)
             return
-        if outcome == INTERRUPTED:
+        if outcome is INTERRUPTED:
             log.warning(
                 "job %s (%s) was interrupted by the worker's stop; handed back without spending attempt %d/%d",
                 job.id,
@@ -223,7 +238,7 @@ class Executor:
             return
         info = completion.info
         assert info is not None
-        final = outcome == FAILED
+        final = outcome is FAILED
         attempt = job.attempts if completion.attempt is None else completion.attempt
         signals.emit(
             signals.job_attempt_failed,

@@ -15,40 +15,32 @@ child process the worker can kill. Layout:
   :class:`~rainier_sync.types.ExceptionInfo`) comes back. Nothing is pickled.
 
 The parent decides what an outcome means with the worker's
-:class:`~rainier_sync._execution.Executor`, exactly as for an in-thread
+:class:`~rainier_sync.execution.Executor`, exactly as for an in-thread
 attempt, so events, retries, ``failed()`` and the failed store read the same.
+This module is the parent's side; :mod:`rainier_sync.worker.child` the other.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
-import importlib
 import logging
 import os
-import queue as queue_module
 import select
 import signal
 import socket
-import sys
 import threading
-import time
-import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import _clock, signals
-from ._execution import INTERRUPTED, Completion, context_for
-from .errors import ConfigurationError, JobCrashedError, JobTimeoutError, PayloadError, RainierError, UnknownJobError
-from .types import ExceptionInfo, QueuedJob, decode, encode
+from .. import _clock, signals
+from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
+from ..execution import INTERRUPTED, Completion, Executor
+from ..types import ExceptionInfo, QueuedJob, decode, encode
+from .child import READ, ForkServer, flush_stdio, kill_group
 
 if TYPE_CHECKING:
-    from .container import Container
-    from .manager import QueueManager
-    from .registry import JobRegistry
-    from .worker import Worker
+    from ..manager import QueueManager
 
-__all__ = ["Supervisor", "supported", "load_child_setup"]
+__all__ = ["Supervisor"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -61,44 +53,6 @@ KILL_GRACE = 1.0
 SERVER_TIMEOUT = 10.0
 #: Longest slice a waiting pool thread sleeps before looking at the stop flag.
 _SLICE = 0.1
-_READ = 65536
-
-
-def supported() -> bool:
-    """Whether this platform can run supervised children (POSIX ``fork`` and
-    descriptor passing)."""
-    return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(socket, "AF_UNIX")
-
-
-def load_child_setup(path: str | None) -> Callable[[], Any] | None:
-    """Resolve ``"package.module:function"``; a :class:`ConfigurationError` naming
-    what is wrong, at boot."""
-    if path is None:
-        return None
-    if not isinstance(path, str) or path.count(":") != 1:
-        raise ConfigurationError(f"worker option child_setup must be 'package.module:function', got {path!r}")
-    module_name, _, attribute = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"worker option child_setup {path!r}: cannot import {module_name!r}: {exc}") from None
-    target: Any = module
-    for part in attribute.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise ConfigurationError(f"worker option child_setup {path!r}: {module_name} has no {attribute!r}")
-    if not callable(target):
-        raise ConfigurationError(f"worker option child_setup {path!r} is not callable")
-    setup: Callable[[], Any] = target
-    return setup
-
-
-def _flush_stdio() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001, S110 - a closed stream must not stop a fork
-            pass
 
 
 def _describe_status(status: int | None) -> str:
@@ -115,15 +69,6 @@ def _describe_status(status: int | None) -> str:
 
 
 # -- the parent side -----------------------------------------------------------------------
-
-
-def _kill_group(leader: int, sig: int) -> None:
-    """Signal the process group a child leads (it outlives the child while any of
-    the job's own processes are left in it)."""
-    try:
-        os.killpg(leader, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Child:
@@ -161,7 +106,7 @@ class _Child:
             if not self.poller.poll(max(0, int(timeout * 1000 + 0.999))):
                 return None
             try:
-                data = self.sock.recv(_READ)
+                data = self.sock.recv(READ)
             except OSError:
                 data = b""
             if not data:
@@ -200,7 +145,7 @@ class _Child:
                 os.kill(self.pid, sig)
         except ProcessLookupError:
             pass
-        _kill_group(self.pid, sig)
+        kill_group(self.pid, sig)
 
     def close(self) -> None:
         self.alive = False
@@ -219,10 +164,17 @@ class Supervisor:
     child at a time, so the pool never grows past the worker's concurrency.
     """
 
-    def __init__(self, worker: Worker, *, child_setup: Callable[[], Any] | None = None) -> None:
-        self.worker = worker
-        self.executor = worker.executor
-        self.max_jobs_per_child = worker.options.max_jobs_per_child
+    def __init__(
+        self,
+        executor: Executor,
+        manager: QueueManager,
+        *,
+        max_jobs_per_child: int | None = None,
+        child_setup: Callable[[], Any] | None = None,
+    ) -> None:
+        self.executor = executor
+        self.manager = manager
+        self.max_jobs_per_child = max_jobs_per_child
         self.kill_grace = KILL_GRACE
         self.child_setup = child_setup
         self._lock = threading.Lock()
@@ -248,7 +200,7 @@ class Supervisor:
         parent_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with self._lock:  # a restarted fork server must not hold the sockets of earlier children open
             inherited = [*self._idle, *self._busy.values()]
-        _flush_stdio()
+        flush_stdio()
         pid = os.fork()
         if pid == 0:  # the fork server; never returns
             code = 1
@@ -256,7 +208,8 @@ class Supervisor:
                 parent_end.close()
                 for child in inherited:
                     child.close()
-                _ForkServer(server_end, self.worker, self.child_setup).serve()
+                executor = self.executor
+                ForkServer(server_end, executor.registry, executor.container, self.manager, self.child_setup).serve()
                 code = 0
             except BaseException:  # noqa: BLE001 - a forked process must never unwind into the parent's code
                 try:
@@ -264,7 +217,7 @@ class Supervisor:
                 except BaseException:  # noqa: BLE001, S110
                     pass
             finally:
-                _flush_stdio()
+                flush_stdio()
                 os._exit(code)
         server_end.close()
         self._server_pid = pid
@@ -410,7 +363,7 @@ class Supervisor:
         for child in idle:
             child.close()
             # An idle child exits when it reads EOF; what its jobs left running does not.
-            _kill_group(child.pid, signal.SIGKILL)
+            kill_group(child.pid, signal.SIGKILL)
         control, self._control = self._control, None
         if control is not None:
             try:
@@ -519,14 +472,14 @@ class Supervisor:
 
     def _dispatch_for_child(self, message: dict[str, Any]) -> dict[str, Any]:
         """Dispatch what a job in a child dispatched, through this process's manager."""
-        from . import manager as manager_module
+        from ..manager import instance
 
         try:
-            target = self.worker.manager if message.get("manager") == "worker" else manager_module.instance()
+            target = self.manager if message.get("manager") == "worker" else instance()
             name = message.get("connection")
             connection = target.connection(name).connection
             jobs = [QueuedJob.from_wire(wire, connection=connection) for wire in message.get("jobs", ())]
-            return {"op": "sent", "ids": target._send(name, jobs)}
+            return {"op": "sent", "ids": target.send_queued(name, jobs)}
         except Exception as exc:  # noqa: BLE001 - the job in the child gets the error
             return {"op": "sent", "error": ExceptionInfo.from_exception(exc).to_dict()}
 
@@ -549,282 +502,3 @@ class Supervisor:
         child.alive = False
         stack = next((m.get("stack") for m in said if m.get("op") == "terminated"), None)
         return {"op": "stopped", "how": how, "stack": stack}
-
-
-# -- the fork server and the children (run after fork; never return) ------------------------
-
-
-class _ForkServer:
-    def __init__(self, control: socket.socket, worker: Worker, child_setup: Callable[[], Any] | None) -> None:
-        self.control = control
-        self.worker = worker
-        self.child_setup = child_setup
-        self.children: set[int] = set()
-
-    def serve(self) -> None:
-        # Terminal signals go to the worker, which decides; children leave with their parent.
-        os.setpgid(0, 0)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        wake_read, wake_write = os.pipe()
-        os.set_blocking(wake_read, False)
-        os.set_blocking(wake_write, False)
-        signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
-        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-        poller = select.poll()
-        poller.register(self.control, select.POLLIN)
-        poller.register(wake_read, select.POLLIN)
-        control_fd = self.control.fileno()
-        try:
-            while True:
-                self._reap()
-                try:
-                    ready = {fd for fd, _ in poller.poll(1000)}
-                except InterruptedError:
-                    continue
-                if wake_read in ready:
-                    try:
-                        os.read(wake_read, 512)
-                    except BlockingIOError:
-                        pass
-                if control_fd in ready:
-                    try:
-                        data, fds, _, _ = socket.recv_fds(self.control, 4096, 1)
-                    except InterruptedError:
-                        continue
-                    except OSError:
-                        data, fds = b"", []
-                    if not data:
-                        return
-                    request = decode(data)
-                    for fd in fds:
-                        self._fork_child(fd, request.get("token"), wake_read, wake_write)
-        finally:
-            for pid in self.children:
-                _kill_group(pid, signal.SIGKILL)
-
-    def _fork_child(self, fd: int, token: Any, wake_read: int, wake_write: int) -> None:
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            os.close(fd)
-            self.control.send(encode({"op": "spawned", "token": token, "pid": 0, "error": str(exc)}).encode())
-            return
-        if pid == 0:
-            code = 1
-            try:
-                os.setpgid(0, 0)  # a group of its own: killing it kills what the job started too
-                signal.set_wakeup_fd(-1)
-                os.close(wake_read)
-                os.close(wake_write)
-                self.control.close()
-                worker = self.worker
-                _child_main(
-                    socket.socket(fileno=fd), worker.registry, worker.container, worker.manager, self.child_setup
-                )
-                code = 0
-            except _Terminated:
-                pass
-            except BaseException:  # noqa: BLE001 - never unwind into the fork server's loop
-                try:
-                    log.exception("a rainier_sync child process failed")
-                except BaseException:  # noqa: BLE001, S110
-                    pass
-            finally:
-                _flush_stdio()
-                os._exit(code)
-        os.close(fd)
-        try:
-            os.setpgid(pid, pid)  # also from here, so the group exists before the worker can signal it
-        except OSError:
-            pass  # the child did it first, or is already gone
-        self.children.add(pid)
-        pidfd: list[int] = []
-        if hasattr(os, "pidfd_open"):
-            try:
-                pidfd.append(os.pidfd_open(pid))
-            except OSError:
-                pass
-        try:
-            socket.send_fds(self.control, [encode({"op": "spawned", "token": token, "pid": pid}).encode()], pidfd)
-        finally:
-            for descriptor in pidfd:
-                os.close(descriptor)
-
-    def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            self.children.discard(pid)
-            try:
-                self.control.send(encode({"op": "exited", "pid": pid, "status": status}).encode())
-            except OSError:
-                pass
-
-
-class _Terminated(BaseException):
-    """Raised in a child's main thread by SIGTERM, so ``finally`` blocks run before it exits."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-def _child_main(
-    sock: socket.socket,
-    registry: JobRegistry,
-    container: Container,
-    manager: QueueManager,
-    child_setup: Callable[[], Any] | None,
-) -> None:
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    setup_failed: dict[str, Any] | None = None
-    if child_setup is not None:
-        try:
-            made = child_setup()
-            if made is not None:
-                from .container import Container as ContainerClass
-
-                if not isinstance(made, ContainerClass):
-                    raise TypeError(f"child_setup returned {type(made).__name__}, not a Container or None")
-                container = made
-        except Exception as exc:  # noqa: BLE001 - reported as the failure of the attempt this child was made for
-            setup_failed = {"op": "done", "ok": False, "error": ExceptionInfo.from_exception(exc).to_dict()}
-    inbox: queue_module.SimpleQueue[tuple[dict[str, Any], threading.Event] | None] = queue_module.SimpleQueue()
-    replies: queue_module.SimpleQueue[dict[str, Any] | None] = queue_module.SimpleQueue()
-    current: list[threading.Event] = [threading.Event()]
-    _forward_dispatches(sock, manager, replies)
-
-    def read() -> None:
-        buffer = bytearray()
-        while True:
-            try:
-                data = sock.recv(_READ)
-            except OSError:
-                data = b""
-            if not data:
-                replies.put(None)
-                inbox.put(None)
-                return
-            buffer += data
-            while True:
-                end = buffer.find(b"\n")
-                if end < 0:
-                    break
-                message = decode(bytes(buffer[:end]))
-                del buffer[: end + 1]
-                if message.get("op") == "run":
-                    current[0] = threading.Event()
-                    inbox.put((message, current[0]))
-                elif message.get("op") == "stop":
-                    current[0].set()
-                elif message.get("op") == "sent":
-                    replies.put(message)
-
-    threading.Thread(target=read, name="rainier-child-reader", daemon=True).start()
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - POSIX has it
-        resource = None  # type: ignore[assignment]
-    while True:
-        item = inbox.get()
-        if item is None:
-            return
-        message, stop_requested = item
-        try:
-            answer = setup_failed or _child_attempt(message, stop_requested, registry, container, resource)
-        except _Terminated as stopped:
-            # SIGTERM: tell the worker where the job was, then leave (finally blocks have run)
-            frames = traceback.extract_tb(stopped.__traceback__)[1:-1]  # not this loop, not the handler
-            stack = "".join(traceback.format_list(frames))
-            with contextlib.suppress(OSError):
-                sock.sendall(encode({"op": "terminated", "stack": stack}).encode() + b"\n")
-            raise
-        try:
-            sock.sendall(encode(answer).encode() + b"\n")
-        except OSError as exc:
-            if exc.errno in (errno.EPIPE, errno.ECONNRESET):
-                return
-            raise
-        if setup_failed is not None:
-            return  # a child that could not set up is replaced
-
-
-def _forward_dispatches(
-    sock: socket.socket, manager: QueueManager, replies: queue_module.SimpleQueue[dict[str, Any] | None]
-) -> None:
-    """Make what a job dispatches from a child go through the worker's own manager
-    (its drivers, connections and lock store), not through this process's copy."""
-    from . import manager as manager_module
-
-    managers = {"worker": manager}
-    if manager_module._instance is not None and manager_module._instance is not manager:
-        managers["instance"] = manager_module._instance
-    lock = threading.Lock()
-
-    def forwarding(which: str, original: Callable[..., list[str | None]]) -> Callable[..., list[str | None]]:
-        def send(name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
-            if within is not None:  # the caller's own transaction lives in this process
-                return original(name, jobs, within)
-            request = {"op": "send", "manager": which, "connection": name, "jobs": [job.to_wire() for job in jobs]}
-            with lock:
-                sock.sendall(encode(request).encode() + b"\n")
-                reply = replies.get()
-            if reply is None:
-                raise RainierError("the worker went away before it took this dispatch")
-            if "error" in reply:
-                raise RainierError(f"the worker could not dispatch: {ExceptionInfo.from_dict(reply['error']).error}")
-            ids: list[str | None] = reply["ids"]
-            return ids
-
-        return send
-
-    for which, target in managers.items():
-        target._send = forwarding(which, target._send)  # type: ignore[method-assign]
-
-
-def _child_attempt(
-    message: dict[str, Any], stop_requested: threading.Event, registry: JobRegistry, container: Container, resource: Any
-) -> dict[str, Any]:
-    started = time.monotonic()
-    limit_set = None
-    signal.signal(signal.SIGTERM, _on_sigterm)  # an earlier job in this child may have changed it
-    try:
-        queued = QueuedJob.from_wire(message["job"], connection=str(message.get("connection", "default")))
-        job_class = registry.get(queued.name)
-        job = job_class.from_payload(queued.payload)
-        context = context_for(container, queued, stop_requested)
-        memory = getattr(job_class, "MEMORY_LIMIT", None)
-        if memory is not None and resource is not None:
-            if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
-                raise PayloadError(
-                    f"{job_class.__qualname__}.MEMORY_LIMIT must be a positive number of bytes, got {memory!r}"
-                )
-            previous = resource.getrlimit(resource.RLIMIT_AS)
-            hard = previous[1]
-            resource.setrlimit(resource.RLIMIT_AS, (memory if hard < 0 else min(memory, hard), hard))
-            limit_set = previous
-        try:
-            job.handle(context)
-        finally:
-            if limit_set is not None:
-                resource.setrlimit(resource.RLIMIT_AS, limit_set)
-            container.flush_scoped()
-    except _Terminated:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent whole
-        return {
-            "op": "done",
-            "ok": False,
-            "error": ExceptionInfo.from_exception(exc).to_dict(),
-            "permanent": isinstance(exc, (UnknownJobError, PayloadError)),
-            "unknown": isinstance(exc, UnknownJobError),
-            "duration": time.monotonic() - started,
-        }
-    return {"op": "done", "ok": True, "duration": time.monotonic() - started}

@@ -15,142 +15,27 @@ import collections
 import logging
 import signal
 import threading
-from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import _clock, signals
-from ._execution import ABANDONED, FAILED, INTERRUPTED, PROCESSED, RELEASED, Completion, Executor
-from ._pool import Pool
-from ._supervisor import Supervisor, load_child_setup, supported
-from .errors import ConfigurationError, QueueUnavailableError
-from .types import ExceptionInfo, QueuedJob
+from .. import _clock, signals
+from ..errors import QueueUnavailableError
+from ..execution import ABANDONED, FAILED, INTERRUPTED, PROCESSED, RELEASED, Completion, Executor
+from ..types import ExceptionInfo, QueuedJob
+from .child import load_child_setup, supported
+from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
+from .pool import Pool
+from .supervisor import Supervisor
 
 if TYPE_CHECKING:
-    from .container import Container
-    from .drivers.base import BaseQueue
-    from .manager import QueueManager
-    from .registry import JobRegistry
+    from ..container import Container
+    from ..drivers.base import BaseQueue
+    from ..manager import QueueManager
+    from ..registry import JobRegistry
 
-__all__ = ["Worker", "WorkerOptions", "WorkerStats"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("rainier_sync")
-
-#: Seconds of failing backend operations after which a ``once`` worker gives up (the default).
-ONCE_GIVE_UP = 30.0
-#: Seconds of work, at the jobs' measured pace, a worker claims ahead of its threads.
-PREFETCH_WINDOW = 0.05
-#: Seconds a finished job may wait to be acknowledged with the next batch while the worker is busy.
-ACK_DELAY = 0.005
-
-
-def _positive(name: str, value: Any, *, allow_zero: bool = False, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise ConfigurationError(
-            f"worker option {name} must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
-        )
-
-
-@dataclass
-class WorkerOptions:
-    """How a worker runs.
-
-    - ``queues``: tried in this order (all of the first before any of the next).
-    - ``concurrency``: threads running handlers.
-    - ``sleep``: longest idle wait, in seconds (the backend usually wakes it sooner).
-    - ``max_jobs``: stop after taking this many jobs (a worker that recycles).
-    - ``timeout``: seconds an attempt may run when its job sets no ``TIMEOUT``;
-      a timed attempt runs in a supervised child process. None: no limit.
-    - ``once``: run what is due, then return (the cron mode).
-    - ``give_up``: with ``once``, seconds the backend may keep failing (every
-      failed operation counts, from the first of a run of failures to the next
-      success) before the run ends with
-      :class:`~rainier_sync.errors.QueueUnavailableError`: long enough to ride
-      out a blip, short enough that a cron run never overlaps the next one.
-    - ``grace``: seconds running jobs get to finish after :meth:`Worker.stop`.
-    - ``heartbeat``: seconds between reservation renewals (default: a third
-      of the driver's reservation).
-    - ``reclaim_interval``: seconds between sweeps for lapsed reservations.
-    - ``max_jobs_per_child``: attempts a timeout child runs before it is replaced.
-    - ``prefetch``: the most jobs claimed ahead of the threads, so that short
-      jobs are claimed and acknowledged many to a round trip. The worker uses
-      only as much of it as its threads would start within
-      :data:`PREFETCH_WINDOW` at the jobs' measured pace, so long jobs are still
-      claimed one per free thread and left for other workers. 0 claims only for
-      free threads. ``None``: 8 per thread.
-    - ``child_setup``: ``"package.module:function"`` called in each new timeout
-      child before its first attempt, to reopen what must not be shared across
-      a fork; it may return a :class:`~rainier_sync.Container` for the child to
-      use instead of the inherited one.
-    """
-
-    queues: Sequence[str] = ("default",)
-    concurrency: int = 8
-    sleep: float = 1.0
-    max_jobs: int | None = None
-    timeout: float | None = None
-    once: bool = False
-    give_up: float = ONCE_GIVE_UP
-    connection: str | None = None
-    grace: float = 30.0
-    heartbeat: float | None = None
-    reclaim_interval: float = 60.0
-    max_jobs_per_child: int | None = 1000
-    child_setup: str | None = None
-    prefetch: int | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.queues, str):
-            self.queues = [q for q in self.queues.split(",") if q]
-        self.queues = list(self.queues)
-        if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
-            raise ConfigurationError(f"worker option queues must be non-empty queue names, got {self.queues!r}")
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
-            raise ConfigurationError(f"worker option concurrency must be an int >= 1, got {self.concurrency!r}")
-        if self.max_jobs is not None and (
-            isinstance(self.max_jobs, bool) or not isinstance(self.max_jobs, int) or self.max_jobs < 1
-        ):
-            raise ConfigurationError(f"worker option max_jobs must be an int >= 1 or None, got {self.max_jobs!r}")
-        _positive("sleep", self.sleep, allow_zero=True)
-        _positive("timeout", self.timeout, allow_none=True)
-        _positive("grace", self.grace, allow_zero=True)
-        _positive("give_up", self.give_up, allow_zero=True)
-        _positive("heartbeat", self.heartbeat, allow_none=True)
-        _positive("reclaim_interval", self.reclaim_interval)
-        _positive("max_jobs_per_child", self.max_jobs_per_child, allow_none=True)
-        if self.prefetch is not None and (
-            isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 0
-        ):
-            raise ConfigurationError(f"worker option prefetch must be an int >= 0 or None, got {self.prefetch!r}")
-        load_child_setup(self.child_setup)
-
-    @property
-    def most_ahead(self) -> int:
-        """The prefetch limit in jobs (``prefetch``, or its default)."""
-        return 8 * self.concurrency if self.prefetch is None else self.prefetch
-
-
-@dataclass
-class WorkerStats:
-    """What a worker run did: jobs ``processed`` (succeeded), ``released`` for
-    another attempt, ``failed`` for good, ``idles`` (waits on an empty queue),
-    ``discarded`` (stored jobs that could not be read, moved to the failed
-    store), ``deferred`` and ``skipped`` (by a job's middleware), and
-    ``interrupted`` (attempts cut short by :meth:`Worker.stop`, handed back
-    without spending a try)."""
-
-    processed: int = 0
-    released: int = 0
-    failed: int = 0
-    idles: int = 0
-    discarded: int = 0
-    deferred: int = 0
-    skipped: int = 0
-    interrupted: int = 0
-
 
 class Worker:
     """Runs jobs from one connection of a :class:`~rainier_sync.QueueManager`.
@@ -168,7 +53,7 @@ class Worker:
         *,
         connection: str | None = None,
     ) -> None:
-        from .drivers.base import Waker
+        from ..drivers.base import Waker
 
         self.manager = manager
         self.options = options or WorkerOptions()
@@ -205,7 +90,7 @@ class Worker:
         #: The recent mean duration of an attempt (seconds), for sizing the prefetch.
         self._pace: float | None = None
         self._rank = {queue: index for index, queue in enumerate(self.options.queues)}
-        from .drivers.base import BaseQueue as _Base
+        from ..drivers.base import BaseQueue as _Base
 
         self._combined = type(self.driver).acknowledge_and_reserve is not _Base.acknowledge_and_reserve
         # Claiming ahead needs a driver that can hand unstarted jobs back uncounted
@@ -527,13 +412,13 @@ class Worker:
         """Release or fail the attempts that did not succeed, one call each; returns
         the successful ones, left to acknowledge in a batch (None when the backend failed)."""
         batch, self._unsettled = self._unsettled, []
-        acks = [c for c in batch if c.outcome == PROCESSED]
+        acks = [c for c in batch if c.outcome is PROCESSED]
         if len(acks) == len(batch):
             return acks
         applied: list[Completion] = []
         try:
             for completion in batch:
-                if completion.outcome != PROCESSED:
+                if completion.outcome is not PROCESSED:
                     self.executor.apply(self.driver, completion)
                     applied.append(completion)
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
@@ -561,20 +446,20 @@ class Worker:
         for completion in completions:
             running.pop(id(completion.job), None)
             outcome = completion.outcome
-            if outcome != ABANDONED and outcome != INTERRUPTED:
+            if outcome is not ABANDONED and outcome is not INTERRUPTED:
                 # Quick to rise, slow to fall: one slow job shrinks the prefetch at once.
                 duration = completion.duration
                 if pace is None:
                     pace = duration
                 else:
                     pace += (0.5 if duration > pace else 0.05) * (duration - pace)
-            if outcome == PROCESSED:
+            if outcome is PROCESSED:
                 stats.processed += 1
-            elif outcome == RELEASED:
+            elif outcome is RELEASED:
                 stats.released += 1
-            elif outcome == FAILED:
+            elif outcome is FAILED:
                 stats.failed += 1
-            elif outcome == INTERRUPTED:
+            elif outcome is INTERRUPTED:
                 stats.interrupted += 1
             if completion.interrupted and not self._stop.is_set():
                 log.warning("a job raised %s: stopping the worker", type(completion.exception).__name__)
@@ -739,7 +624,12 @@ class Worker:
                         self._supervisor_warned = True
                         log.warning("this platform cannot fork supervised children: time limits are not enforced")
                     return None
-                supervisor = Supervisor(self, child_setup=self._child_setup)
+                supervisor = Supervisor(
+                    self.executor,
+                    self.manager,
+                    max_jobs_per_child=self.options.max_jobs_per_child,
+                    child_setup=self._child_setup,
+                )
                 supervisor.start()
                 self._supervisor = supervisor
             return self._supervisor

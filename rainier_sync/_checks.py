@@ -1,0 +1,43 @@
+"""One validator for the numbers users give: options, settings, job class attributes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = ["check_number"]
+
+
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    whole: bool = False,
+    zero: bool = False,
+    none: bool = False,
+    most: float | None = None,
+    error: type[Exception] = ConfigurationError,
+) -> Any:
+    """``value`` if it is a positive number (``whole``: an int; ``zero``: 0 allowed;
+    ``none``: None allowed; ``most``: an upper bound), else ``error`` naming ``name``.
+
+    ``bool`` is never a number here, though Python counts it as an int.
+    """
+    if value is None and none:
+        return None
+    kinds = (int,) if whole else (int, float)
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, kinds)
+        and (value >= 0 if zero else value > 0)
+        and math.isfinite(value)
+        and (most is None or value <= most)
+    )
+    if not ok:
+        what = "whole number" if whole else "number"
+        sign = "non-negative" if zero else "positive"
+        bound = f" up to {most:g}" if most is not None else ""
+        raise error(f"{name} must be a {sign} {what}{bound}{' or None' if none else ''}, got {value!r}")
+    return value
