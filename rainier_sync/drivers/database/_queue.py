@@ -442,7 +442,14 @@ class DatabaseQueue(BaseQueue):
         cursor = connection.cursor()
         sql = self._sql(self._insert_one())
         for job in jobs:
-            cursor.execute(sql, self._row(job))
+            try:
+                cursor.execute(sql, self._row(job))
+            except self._backend._refused as exc:
+                text = str(exc).strip()
+                raise PayloadError(
+                    f"{self._backend.target.label} refused a value of job {job.id!r}: "
+                    f"{text.splitlines()[0] if text else exc!r}"
+                ) from exc
         return [job.id for job in jobs]
 
     def _check_same_sqlite_file(self, connection: sqlite3.Connection) -> None:

@@ -237,3 +237,12 @@ def test_bad_bounds_are_refused(server_url: str, option: str, value: str) -> Non
     url = server_url + ("&" if "?" in server_url else "?") + f"{option}={value}"
     with pytest.raises(ConfigurationError, match=f"{option}={value!r}"):
         DatabaseQueue.from_url(url)
+
+
+def test_the_default_bounds_keep_an_outage_well_under_a_minute(pg_url: str, my_url: str) -> None:
+    for url in (pg_url, my_url):
+        queue = DatabaseQueue.from_url(url)
+        db = queue._backend.db
+        assert (db.reconnect_for, db.response_timeout) == (10, 10)
+        assert db.give_up_after == 35  # 10 + 10 + 5 (connect_timeout) + 10
+        queue.close()

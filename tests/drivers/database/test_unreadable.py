@@ -207,3 +207,17 @@ def test_a_value_the_database_refuses_is_a_payload_error_never_a_client_library_
         (back,) = queue.reserve_many([job.queue], 1)
         assert (back.id, back.name, back.queue, back.priority) == (job.id, job.name, job.queue, job.priority)
     queue.close()
+
+
+def test_a_value_refused_within_the_callers_transaction_is_a_payload_error(pg_url: str) -> None:
+    import psycopg
+
+    queue = DatabaseQueue.from_url(pg_url)
+    job = QueuedJob(id="j1", name="dbtest.x", queue="mail\x00box", payload={}, available_at=0.0)
+    with psycopg.connect(pg_url) as conn:
+        with pytest.raises(PayloadError, match="refused a value of job 'j1'"):
+            queue.push_within(conn, [job])
+        conn.rollback()
+    assert queue.size() == 0
+    queue.close()
+
