@@ -74,18 +74,20 @@ def test_claims_and_heartbeats_across_an_outage_longer_than_the_reservation_rese
     queue.push_many(jobs("j", 6))
     held = queue.reserve_many(["default"], 3)
     assert len(held) == 3
+    locks = queue.lock_store()
     proxy.cut()
     heartbeat, beat = in_thread(lambda: queue.extend(held))
     claim, claimed = in_thread(lambda: queue.reserve_many(["default"], 3))
-    # The outage lasts longer than the reservation: both calls wait it out, reconnecting.
+    lock, locked = in_thread(lambda: locks.acquire("unique-key", "me", reservation))
+    # The outage lasts longer than the reservation: every call waits it out, reconnecting.
     time.sleep(reservation + 1.0)
-    assert heartbeat.is_alive() and claim.is_alive()
+    assert heartbeat.is_alive() and claim.is_alive() and lock.is_alive()
     healed_at = time.time()
     proxy.heal()
-    heartbeat.join(60)
-    claim.join(60)
-    assert "error" not in beat and "error" not in claimed, (beat, claimed)
-    assert len(claimed["result"]) == 3
+    for thread in (heartbeat, claim, lock):
+        thread.join(60)
+    assert "error" not in beat and "error" not in claimed and "error" not in locked, (beat, claimed, locked)
+    assert len(claimed["result"]) == 3 and locked["result"] is True
     until = reservations(server_url)
     assert sorted(until) == [f"j{i}" for i in range(6)]
     stale = {job_id: round(healed_at + reservation - value, 2) for job_id, value in until.items()}
@@ -94,6 +96,9 @@ def test_claims_and_heartbeats_across_an_outage_longer_than_the_reservation_rese
     )
     rival = DatabaseQueue.from_url(server_url, reservation=reservation)
     assert rival.reclaim_expired() == 0, "a reservation written after the outage must not be lapsed already"
+    assert rival.lock_store().owner("unique-key") == "me", "a lock taken after the outage must not be expired already"
+    (expires,) = rival._backend.query("SELECT expires_at FROM rainier_locks WHERE lock_key = 'unique-key'")[0]
+    assert expires >= healed_at + reservation
     rival.close()
     queue.close()
 
