@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import pytest
 
 from rainier_sync import Container, QueueManager, QueueResources
+from tests.support import free_port
 
 from . import app
 from .conftest import run
@@ -85,3 +86,32 @@ def test_work_failed_retry_forget_across_processes(manager: QueueManager, databa
     assert retried.stdout == "Queued 1 failed job(s) again.\n"
     assert driver.size("default") == 1 and driver.failed_jobs() == []
     assert run("queue:retry", str(second), APP, env=database).returncode == 1  # no longer failed
+
+
+def test_a_command_other_than_migrate_never_creates_the_database_file(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.db"
+    env = {"DATABASE_URL": f"sqlite:///{typo}", "CLI_APP_OUT": str(tmp_path / "jobs.log")}
+    says = f"the SQLite database file {typo} does not exist: run DatabaseQueue.migrate() (or `rainier-sync queue:"
+    for command in (["queue:status"], ["queue:failed"], ["queue:reclaim"], ["queue:work", "--once"]):
+        done = run(*command, APP, env=env)
+        assert says in done.stderr, (command, done.stderr)
+        if command[0] == "queue:work":
+            assert done.returncode == 1, done.stderr  # the worker's own give-up, saying why
+        else:
+            assert done.returncode == 2, (command, done.stderr)
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not typo.exists(), f"{command} created {typo}"
+    assert list(tmp_path.iterdir()) == [], "nothing at all was created beside it"
+    migrated = run("queue:migrate", APP, env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert typo.exists()
+    assert run("queue:status", APP, env=env).returncode == 0
+
+
+def test_an_unreachable_postgresql_is_an_outage_not_a_usage_error(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there: connections are refused
+    env = {"DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/test", "CLI_APP_OUT": str(tmp_path / "jobs.log")}
+    done = run("queue:status", APP, env=env)
+    assert done.returncode == 1, done.stderr
+    assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}/test" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

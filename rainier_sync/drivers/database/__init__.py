@@ -7,8 +7,8 @@ imported only when a URL of that dialect is opened.
 
 from __future__ import annotations
 
-from ._connection import SchemaMissingError
+from ._connection import DatabaseUnavailableError, SchemaMissingError
 from ._queue import DatabaseLockStore, DatabaseQueue
 from ._schema import Migration
 
-__all__ = ["DatabaseQueue", "DatabaseLockStore", "Migration", "SchemaMissingError"]
+__all__ = ["DatabaseQueue", "DatabaseLockStore", "DatabaseUnavailableError", "Migration", "SchemaMissingError"]

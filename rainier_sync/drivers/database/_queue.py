@@ -11,20 +11,40 @@ import threading
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from ... import _clock, signals
-from ...errors import PayloadError
+from ... import _clock
+from ...errors import PayloadError, RainierError
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode, float_text
 from ..base import BaseQueue, QueueDriver, Waker, as_job_list
-from ._connection import MYSQL, POSTGRESQL, SQLITE, Database, DatabaseUrl, SchemaMissingError, connect
+from ._connection import (
+    MYSQL,
+    POSTGRESQL,
+    SQLITE,
+    Database,
+    DatabaseUrl,
+    SchemaMissingError,
+    connect,
+    data_errors,
+)
 from ._schema import CHANNEL, FAILED, JOBS, LOCKS, MIGRATION_LIST, Migration, migrate
 
 log = logging.getLogger("rainier_sync")
 
 T = TypeVar("T")
+#: A statement's parameters, or a function building them when the statement runs.
+Params = Sequence[Any] | Callable[[], Sequence[Any]]
 
 _CLAIM_PATHS = ("skip_locked", "optimistic")
 _COLUMNS = "seq, id, queue, name, body, attempts, priority, available_at"
+#: SQLite keeps whatever a column is given: the text columns come back as bytes
+#: and are decoded here, so one row that is not UTF-8 cannot fail the whole claim.
+_SQLITE_COLUMNS = (
+    "seq, CAST(id AS BLOB), queue, CAST(name AS BLOB), CAST(body AS BLOB), attempts, priority, available_at"
+)
+#: More attempts than this is no count of real attempts: the row is unreadable. The
+#: claim adds one to at most this, so a corrupt count cannot overflow the column.
+_MOST_ATTEMPTS = 1_000_000
+_INT_MAX = 2**31 - 1
 #: The most a MariaDB/MySQL TEXT column holds, and what marks an error cut to fit it.
 _MYSQL_TEXT_BYTES = 65_535
 _CUT = " … (cut to fit the error column; the exception holds all of it)".encode()
@@ -122,44 +142,80 @@ def _in_transaction(conn: Any, dialect: str, fn: Callable[[Any], T]) -> T:
 
 
 class _Backend:
-    """One connection with its dialect and its SQL."""
+    """One connection with its dialect and its SQL.
+
+    Errors reach callers as the library's own: an outage as
+    ``DatabaseUnavailableError`` (a ``QueueUnavailableError``), missing tables as
+    :class:`SchemaMissingError`, and a value the database refuses (a NUL in
+    PostgreSQL text, a number out of range) as ``PayloadError``.
+    """
 
     def __init__(
-        self, target: DatabaseUrl, *, reconnect_for: float, application_name: str, init: tuple[str, ...] = ()
+        self,
+        target: DatabaseUrl,
+        *,
+        reconnect_for: float | None = None,
+        response_timeout: float | None = None,
+        application_name: str = "rainier_sync",
+        init: tuple[str, ...] = (),
     ) -> None:
         self.target = target
         self.dialect = target.dialect
         self.sql = _Sql(self.dialect)
-        self.db = Database(target, reconnect_for=reconnect_for, application_name=application_name, init=init)
+        self.db = Database(
+            target,
+            reconnect_for=reconnect_for,
+            response_timeout=response_timeout,
+            application_name=application_name,
+            init=init,
+        )
+        self._refused = data_errors(self.dialect)
 
     def run(self, fn: Callable[[Any], T]) -> T:
         try:
             return self.db.run(fn)
+        except RainierError:
+            raise
         except Exception as exc:
             if _missing_table(exc):
                 raise SchemaMissingError(
-                    f"the queue tables are missing from the {self.dialect} database at {self.target.where}: "
+                    f"the queue tables are missing from {self.target.label}: "
                     "run DatabaseQueue.migrate() (or `rainier-sync queue:migrate`) first"
+                ) from exc
+            if isinstance(exc, self._refused):
+                text = str(exc).strip()
+                raise PayloadError(
+                    f"{self.target.label} refused a value it was given: {text.splitlines()[0] if text else exc!r}"
                 ) from exc
             raise
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+    def _statement(self, sql: str, params: Params, fetch: bool, write_lock: bool) -> Any:
+        sql = self.sql(sql)
+
+        def on(cursor: Any) -> Any:
+            cursor.execute(sql, tuple(params() if callable(params) else params))
+            return list(cursor.fetchall()) if fetch else int(cursor.rowcount)
+
+        if write_lock and self.dialect == SQLITE:
+            return self.transaction(on)
+        return self.run(lambda conn: on(conn.cursor()))
+
+    def execute(self, sql: str, params: Params = ()) -> int:
         """One statement; returns the rows it changed."""
+        result: int = self._statement(sql, params, False, False)
+        return result
 
-        def go(conn: Any) -> int:
-            cursor = conn.cursor()
-            cursor.execute(self.sql(sql), tuple(params))
-            return int(cursor.rowcount)
+    def query(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        result: list[tuple[Any, ...]] = self._statement(sql, params, True, False)
+        return result
 
-        return self.run(go)
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        def go(conn: Any) -> list[tuple[Any, ...]]:
-            cursor = conn.cursor()
-            cursor.execute(self.sql(sql), tuple(params))
-            return list(cursor.fetchall())
-
-        return self.run(go)
+    def stamped(self, sql: str, params: Callable[[], Sequence[Any]], *, fetch: bool = False) -> Any:
+        """A write whose parameters read the clock (reservations, due times, lock
+        expiries): ``params()`` runs when the statement does, so a deadline is
+        never older than the statement that writes it. After a reconnect it runs
+        again; on SQLite it runs once the write lock is held. Returns the rows
+        (``fetch``) or how many it changed."""
+        return self._statement(sql, params, fetch, True)
 
     def transaction(self, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` in one transaction (SQLite: ``BEGIN IMMEDIATE``, taking the write lock up front)."""
@@ -197,7 +253,8 @@ class DatabaseQueue(BaseQueue):
         reservation: float = 90,
         claim: str | None = None,
         poll_interval: float | None = None,
-        reconnect_for: float = 30.0,
+        reconnect_for: float | None = None,
+        response_timeout: float | None = None,
         application_name: str = "rainier_sync",
         synchronous_commit: bool = False,
     ) -> None:
@@ -219,7 +276,9 @@ class DatabaseQueue(BaseQueue):
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
         self.poll_interval = float(poll_interval)
         self.url = target.redacted
-        self._backend = _Backend(target, reconnect_for=reconnect_for, application_name=application_name)
+        self._backend = _Backend(
+            target, reconnect_for=reconnect_for, response_timeout=response_timeout, application_name=application_name
+        )
         self._consumer: _Backend | None = None if target.dialect == POSTGRESQL else self._backend
         self._consumer_lock = threading.Lock()
         self._consumer_init = () if synchronous_commit else ("SET synchronous_commit TO off",)
@@ -234,7 +293,10 @@ class DatabaseQueue(BaseQueue):
 
     @classmethod
     def from_url(cls, url: str, reservation: float = 90, **options: Any) -> DatabaseQueue:
-        """Connect to ``url`` now (a boot error naming the host when it does not answer).
+        """Connect to ``url`` now: a server that cannot be reached raises
+        ``DatabaseUnavailableError`` naming it, one that refuses the connection (no
+        such database, wrong password) ``ConfigurationError``. A SQLite file that
+        does not exist yet is created by :meth:`migrate` and by nothing else.
 
         ``sqlite:///relative/path`` or ``sqlite:////absolute/path`` (options
         ``?synchronous=NORMAL|FULL`` and ``busy_timeout`` in ms),
@@ -242,7 +304,9 @@ class DatabaseQueue(BaseQueue):
         ``options=-c search_path=jobs`` and ``connect_timeout``), or
         ``mysql://user:password@host:port/db``. Keyword options: ``claim``
         (``"skip_locked"`` or ``"optimistic"``), ``poll_interval``,
-        ``reconnect_for`` (seconds to keep reconnecting a lost connection).
+        ``reconnect_for`` (seconds to keep reopening a lost connection, 10) and
+        ``response_timeout`` (seconds to wait for the server's reply, 10); those
+        two may also be given in the URL (``?reconnect_for=5&response_timeout=30``).
         """
         return cls(url, reservation=reservation, **options)
 
@@ -257,6 +321,7 @@ class DatabaseQueue(BaseQueue):
                     self._consumer = _Backend(
                         self._backend.target,
                         reconnect_for=main.reconnect_for,
+                        response_timeout=main.response_timeout,
                         application_name=main.application_name,
                         init=self._consumer_init,
                     )
@@ -377,7 +442,14 @@ class DatabaseQueue(BaseQueue):
         cursor = connection.cursor()
         sql = self._sql(self._insert_one())
         for job in jobs:
-            cursor.execute(sql, self._row(job))
+            try:
+                cursor.execute(sql, self._row(job))
+            except self._backend._refused as exc:
+                text = str(exc).strip()
+                raise PayloadError(
+                    f"{self._backend.target.label} refused a value of job {job.id!r}: "
+                    f"{text.splitlines()[0] if text else exc!r}"
+                ) from exc
         return [job.id for job in jobs]
 
     def _check_same_sqlite_file(self, connection: sqlite3.Connection) -> None:
@@ -441,52 +513,65 @@ class DatabaseQueue(BaseQueue):
                 )
                 break
             acks = ()
-            rows.sort(key=lambda row: (row[6], row[7], row[0]))
             taken.extend(self._decode_claimed(rows))
         if acks:  # no queue was tried
             self.acknowledge_many(acks)
         return taken
 
     def _claim_skip_locked(self, queue: str, limit: int, acks: Sequence[QueuedJob] = ()) -> list[tuple[Any, ...]]:
-        now = _clock.now()
         token = uuid.uuid4().hex
-        params: list[Any] = []
+        held: list[Any] = []
         sql = "WITH "
         if acks:
             where, held = self._held(acks)
             # Unreferenced, yet run: PostgreSQL always carries out a data-modifying WITH.
             sql += f"acked AS (DELETE FROM {JOBS} WHERE {where}), "
-            params.extend(held)
         sql += (
             f"c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
             "ORDER BY priority, available_at, seq LIMIT %s FOR UPDATE SKIP LOCKED) "
-            f"UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s, attempts = j.attempts + 1 "
+            f"UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s, "
+            f"attempts = LEAST(j.attempts, {_MOST_ATTEMPTS}) + 1 "
             "FROM c WHERE j.seq = c.seq "
             "RETURNING j.seq, j.id, j.queue, j.name, j.body, j.attempts, j.priority, j.available_at, j.token"
         )
-        params.extend((queue, now, limit, now, now + self.reservation, token))
-        return self._worker.query(sql, params)
+        reservation = self.reservation
+
+        def params() -> list[Any]:
+            now = _clock.now()
+            return [*held, queue, now, limit, now, now + reservation, token]
+
+        rows: list[tuple[Any, ...]] = self._worker.stamped(sql, params, fetch=True)
+        return rows
 
     def _claim_sqlite(self, queue: str, limit: int, acks: Sequence[QueuedJob] = ()) -> list[tuple[Any, ...]]:
         # One statement: SQLite runs it under its write lock, and the conditional
         # update still decides, so a second process can never claim the same row.
-        now = _clock.now()
+        # A due time SQLite holds as text (not a number) would sort after every
+        # number, never due: it is claimed, so that reading it moves it aside.
         token = uuid.uuid4().hex
         sql = (
-            f"UPDATE {JOBS} SET reserved_at = ?, reserved_until = ?, token = ?, attempts = attempts + 1 "
-            f"WHERE seq IN (SELECT seq FROM {JOBS} WHERE queue = ? AND reserved_at IS NULL AND available_at <= ? "
+            f"UPDATE {JOBS} SET reserved_at = ?, reserved_until = ?, token = ?, "
+            f"attempts = min(attempts, {_MOST_ATTEMPTS}) + 1 "
+            f"WHERE seq IN (SELECT seq FROM {JOBS} WHERE queue = ? AND reserved_at IS NULL "
+            "AND (available_at <= ? OR typeof(available_at) NOT IN ('real', 'integer')) "
             "ORDER BY priority, available_at, seq LIMIT ?) AND reserved_at IS NULL "
-            f"RETURNING {_COLUMNS}, token"
+            f"RETURNING {_SQLITE_COLUMNS}, token"
         )
-        params = (now, now + self.reservation, token, queue, now, limit)
+        reservation = self.reservation
+
+        def params() -> tuple[Any, ...]:
+            now = _clock.now()
+            return (now, now + reservation, token, queue, now, limit)
+
         if not acks:
-            return self._worker.query(sql, params)
+            rows: list[tuple[Any, ...]] = self._worker.stamped(sql, params, fetch=True)
+            return rows
         where, held = self._held(acks)
         delete = self._sql(f"DELETE FROM {JOBS} WHERE {where}")
 
         def both(cursor: Any) -> list[tuple[Any, ...]]:
             cursor.execute(delete, held)
-            cursor.execute(sql, params)
+            cursor.execute(sql, params())  # the write lock is held: "now" is now
             return list(cursor.fetchall())
 
         return self._worker.transaction(both)
@@ -498,13 +583,16 @@ class DatabaseQueue(BaseQueue):
         for _ in range(5):
             try:
                 want = limit - len(claimed)
-                now = _clock.now()
+
+                def due(want: int = want) -> tuple[Any, ...]:
+                    return (queue, _clock.now(), want)
+
                 candidates = [
                     row[0]
                     for row in self._worker.query(
                         f"SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s "
                         "ORDER BY priority, available_at, seq LIMIT %s",
-                        (queue, now, want),
+                        due,
                     )
                 ]
                 if not candidates:
@@ -512,12 +600,17 @@ class DatabaseQueue(BaseQueue):
                 token = uuid.uuid4().hex
                 marks = self._sql.marks(len(candidates))
                 update = (
-                    f"UPDATE {JOBS} SET reserved_at = %s, reserved_until = %s, token = %s, attempts = attempts + 1 "
+                    f"UPDATE {JOBS} SET reserved_at = %s, reserved_until = %s, token = %s, "
+                    f"attempts = LEAST(attempts, {_MOST_ATTEMPTS}) + 1 "
                     f"WHERE seq IN ({marks}) AND reserved_at IS NULL"
                 )
-                params = (now, now + self.reservation, token, *candidates)
+
+                def params(token: str = token, candidates: list[Any] = candidates) -> tuple[Any, ...]:
+                    now = _clock.now()
+                    return (now, now + self.reservation, token, *candidates)
+
                 if self.dialect == MYSQL:
-                    won = self._worker.execute(update, params)
+                    won = self._worker.stamped(update, params)
                     rows = (
                         self._worker.query(
                             f"SELECT {_COLUMNS}, token FROM {JOBS} WHERE seq IN ({marks}) AND token = %s",
@@ -527,7 +620,7 @@ class DatabaseQueue(BaseQueue):
                         else []
                     )
                 else:
-                    rows = self._worker.query(update + f" RETURNING {_COLUMNS}, token", params)
+                    rows = self._worker.stamped(update + f" RETURNING {_COLUMNS}, token", params, fetch=True)
             except Exception:
                 if not claimed:
                     raise
@@ -540,58 +633,75 @@ class DatabaseQueue(BaseQueue):
         return claimed
 
     def _decode_claimed(self, rows: Sequence[tuple[Any, ...]]) -> list[QueuedJob]:
+        """The claimed rows as jobs, in the queue's order. A row that cannot be read,
+        whatever the reason, goes alone to the failed store; the rest are handed out."""
         jobs: list[QueuedJob] = []
-        for seq, job_id, queue, name, body, attempts, priority, available_at, token in rows:
+        for row in rows:
             try:
-                job = QueuedJob.decode(body, connection=self.connection, receipt=(int(seq), token))
-            except PayloadError as exc:
+                jobs.append(self._read_claimed(row))
+            except Exception as exc:  # noqa: BLE001 - any failure to read one row: that row alone is set aside
                 try:
-                    self._discard(int(seq), job_id, queue, name, body, attempts, token, exc)
+                    self._discard(row, exc)
                 except Exception:  # noqa: BLE001 - it stays reserved, lapses, and is moved on a later claim
-                    log.warning("could not move unreadable job %s to the failed store", job_id, exc_info=True)
-                continue
-            job.id = job_id
-            job.queue = queue
-            job.attempts = int(attempts)
-            job.priority = int(priority)
-            job.available_at = float(available_at)
-            jobs.append(job)
+                    log.warning("could not move unreadable job %s to the failed store", _text(row[1]), exc_info=True)
+        jobs.sort(key=_claim_order)
         return jobs
 
-    def _discard(
-        self, seq: int, job_id: str, queue: str, name: str, body: Any, attempts: int, token: str, exc: Exception
-    ) -> None:
-        """A row nobody can run (not JSON, not an envelope): into the failed store, with why."""
-        info = ExceptionInfo.from_exception(exc)
-        raw = body if isinstance(body, str) else repr(body)
+    def _read_claimed(self, row: tuple[Any, ...]) -> QueuedJob:
+        seq, job_id, queue, name, body, attempts, priority, available_at, token = row
+        if type(body) is bytes:
+            try:
+                body = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise PayloadError(f"its body is not UTF-8 text ({exc})") from None
+        job = QueuedJob.decode(body, connection=self.connection, receipt=(int(seq), token))
+        job.id = job_id if type(job_id) is str else job_id.decode("utf-8")
+        job.queue = queue
+        # Counted by the claim: at least 1, unless the row held a negative count.
+        if type(attempts) is not int:
+            raise PayloadError(f"its stored attempt count {attempts!r} is not a whole number")
+        if attempts < 1:
+            raise PayloadError(f"its stored attempt count {attempts - 1} is negative")
+        if attempts > _MOST_ATTEMPTS:
+            raise PayloadError(f"its stored attempt count is absurd (more than {_MOST_ATTEMPTS:,})")
+        job.attempts = attempts
+        if type(priority) is not int:
+            raise PayloadError(f"its stored priority {priority!r} is not a whole number")
+        job.priority = priority
+        if type(available_at) is not float:
+            if type(available_at) is not int:
+                raise PayloadError(f"its stored available_at {available_at!r} is not a time")
+            available_at = float(available_at)
+        if available_at - available_at:
+            raise PayloadError(f"its stored available_at {available_at!r} is not a time")
+        job.available_at = available_at
+        return job
+
+    def _discard(self, row: tuple[Any, ...], exc: Exception) -> None:
+        """A row nobody can run: alone into the failed store, saying why, and announced."""
+        seq, job_id, queue, name, body, attempts, _, _, token = row
+        job_id, name, raw = _text(job_id), _text(name), _text(body)
+        detail = str(exc) if isinstance(exc, PayloadError) else f"{type(exc).__name__}: {exc}"
+        reason = PayloadError(f"job {job_id!r} (queue {queue!r}) cannot be read: {detail}")
+        reason.__cause__ = exc
+        info = ExceptionInfo.from_exception(reason)
         log.error("job %s (%s) on queue %r cannot be read and was failed: %s", job_id, name, queue, info.error)
-        failed_at = _clock.now()
+        count = attempts if type(attempts) is int and 0 <= attempts <= _INT_MAX else 0
+        moved = []
 
         def move(cursor: Any) -> None:
-            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE seq = %s AND token = %s"), (seq, token))
+            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE seq = %s AND token = %s"), (int(seq), token))
+            if cursor.rowcount == 0:
+                return  # no longer ours: whoever holds it now decides
             cursor.execute(
                 self._sql(self._sql.upsert_failed()),
-                (
-                    job_id,
-                    queue,
-                    name,
-                    raw,
-                    self._error_column(info.error),
-                    encode(info.to_dict()),
-                    int(attempts),
-                    failed_at,
-                ),
+                (job_id, queue, name, raw, self._error_column(info.error), encode(info.to_dict()), count, _clock.now()),
             )
+            moved.append(True)
 
         self._worker.transaction(move)
-        signals.emit(
-            signals.queue_message_discarded,
-            self,
-            connection=self.connection,
-            error=info.error,
-            exception=info,
-            raw=raw,
-        )
+        if moved:
+            self.announce_discarded(info, raw)
 
     def _held(self, jobs: Sequence[QueuedJob]) -> tuple[str, list[Any]]:
         """A WHERE clause matching exactly these reservations: the rows claimed
@@ -649,7 +759,7 @@ class DatabaseQueue(BaseQueue):
         self._wake_local()
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
-        available_at = _clock.now() + max(0.0, float(delay))
+        delay = max(0.0, float(delay))
         where, params = self._held([job])
         update = (
             f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL, available_at = %s "
@@ -659,15 +769,13 @@ class DatabaseQueue(BaseQueue):
             # Idle workers in other processes looked for the soonest job while this
             # one was reserved: tell them, on commit, so they wake when it is due.
             update = f"WITH r AS ({update} RETURNING queue) SELECT pg_notify('{CHANNEL}', queue) FROM r"
-            self._worker.query(update, [available_at, *params])
-        else:
-            self._worker.execute(update, [available_at, *params])
+        self._worker.stamped(update, lambda: [_clock.now() + delay, *params], fetch=self.dialect == POSTGRESQL)
         self._wake_local()  # a delayed one too: a waiting worker then sleeps until it is due
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         info = as_exception_info(error)
-        failed_at = _clock.now()
         stored = replace_connection(job, self.connection)
+        when: list[float] = []
         where, params = self._held([job])
         if isinstance(job.receipt, tuple):
             # Ours, or lapsed and reclaimed but not claimed again: the attempt that
@@ -676,6 +784,7 @@ class DatabaseQueue(BaseQueue):
             params = list(job.receipt)
 
         def move(cursor: Any) -> None:
+            when[:] = [_clock.now()]
             cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE {where}"), tuple(params))
             if cursor.rowcount == 0:
                 # Another worker claimed it again after our reservation lapsed (or it
@@ -692,12 +801,12 @@ class DatabaseQueue(BaseQueue):
                     self._error_column(info.error),
                     encode(info.to_dict()),
                     job.attempts,
-                    failed_at,
+                    when[0],
                 ),
             )
 
         self._worker.transaction(move)
-        return FailedJob.of(stored, info, failed_at)
+        return FailedJob.of(stored, info, when[0])
 
     def _error_column(self, error: str) -> str:
         """The error string as the failed store's ``error`` column can hold it.
@@ -717,18 +826,23 @@ class DatabaseQueue(BaseQueue):
         held = as_job_list(jobs)
         if not held:
             return
-        now = _clock.now()
-        until = now + (self.reservation if seconds is None else float(seconds))
+        period = self.reservation if seconds is None else float(seconds)
         for start in range(0, len(held), 500):
             batch = held[start : start + 500]
             where, params = self._held(batch)
-            renewed = self._worker.execute(
-                f"UPDATE {JOBS} SET reserved_until = %s WHERE reserved_at IS NOT NULL AND {where}", [until, *params]
+
+            # The deadline is read when the UPDATE runs, also after a reconnect that
+            # took longer than the reservation: never one already in the past.
+            def renewal(params: list[Any] = params) -> list[Any]:
+                return [_clock.now() + period, *params]
+
+            renewed: int = self._worker.stamped(
+                f"UPDATE {JOBS} SET reserved_until = %s WHERE reserved_at IS NOT NULL AND {where}", renewal
             )
             if renewed < len(batch):
-                self._take_back(batch, now, until)
+                self._take_back(batch, period)
 
-    def _take_back(self, jobs: Sequence[QueuedJob], now: float, until: float) -> None:
+    def _take_back(self, jobs: Sequence[QueuedJob], period: float) -> None:
         """Reserve again, with their own tokens, the running jobs whose reservation
         lapsed and was reclaimed while nobody claimed them since: they are still
         running here, and another worker must not start them a second time."""
@@ -738,19 +852,24 @@ class DatabaseQueue(BaseQueue):
                 seq, token = job.receipt
                 by_token.setdefault(token, []).append(int(seq))
         for token, seqs in by_token.items():
-            taken = self._worker.execute(
+
+            def params(token: str = token, seqs: list[int] = seqs) -> list[Any]:
+                now = _clock.now()
+                return [now, now + period, token, *seqs]
+
+            taken = self._worker.stamped(
                 f"UPDATE {JOBS} SET reserved_at = %s, reserved_until = %s, token = %s "
                 f"WHERE seq IN ({self._sql.marks(len(seqs))}) AND reserved_at IS NULL AND token IS NULL",
-                [now, until, token, *seqs],
+                params,
             )
             if taken:
                 log.warning("took back %d running job(s) whose reservation had lapsed and been reclaimed", taken)
 
     def reclaim_expired(self) -> int:
-        reclaimed = self._worker.execute(
+        reclaimed: int = self._worker.stamped(
             f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL "
             "WHERE reserved_at IS NOT NULL AND reserved_until <= %s",
-            (_clock.now(),),
+            lambda: (_clock.now(),),
         )
         if reclaimed > 0:
             if self.dialect == POSTGRESQL:
@@ -761,25 +880,27 @@ class DatabaseQueue(BaseQueue):
     # -- the failed store ---------------------------------------------------------------------
     def _failed_from_row(self, row: tuple[Any, ...]) -> FailedJob:
         job_id, queue, name, body, error, exception, attempts, failed_at = row
+        # Listed whatever it holds: the failed store is where unreadable jobs go.
         try:
             job: QueuedJob | None = QueuedJob.decode(body, connection=self.connection)
-        except PayloadError:
+        except Exception:  # noqa: BLE001 - listed without its envelope
             job = None
         try:
             info = ExceptionInfo.from_dict(decode(exception))
-        except ValueError:
+        except Exception:  # noqa: BLE001 - the error string says it
             info = ExceptionInfo.from_message(str(error))
+        count = attempts if type(attempts) is int else 0
         return FailedJob(
-            id=job_id,
-            name=name,
-            queue=queue,
+            id=_text(job_id),
+            name=_text(name),
+            queue=_text(queue),
             connection=self.connection,
             payload=job.payload if job is not None else {},
-            error=error,
+            error=_text(error),
             exception=info,
-            failed_at=float(failed_at),
-            attempts=int(attempts),
-            max_attempts=job.max_attempts if job is not None else int(attempts),
+            failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else 0.0,
+            attempts=count,
+            max_attempts=job.max_attempts if job is not None else count,
             job=job,
         )
 
@@ -795,10 +916,10 @@ class DatabaseQueue(BaseQueue):
         return int(self._backend.query(f"SELECT count(*) FROM {FAILED}")[0][0])
 
     def retry_failed(self, id: str) -> bool:
-        now = _clock.now()
         sql = self._sql
 
         def move(cursor: Any) -> bool:
+            now = _clock.now()
             cursor.execute(sql(f"SELECT queue, name, body FROM {FAILED} WHERE id = %s"), (id,))
             row = cursor.fetchone()
             if row is None:
@@ -807,8 +928,8 @@ class DatabaseQueue(BaseQueue):
             priority = 0
             try:
                 job = QueuedJob.decode(body)
-            except PayloadError:
-                pass  # queued as it was; the worker fails it again, saying why
+            except Exception:  # noqa: BLE001 - queued as it was; the claim moves it back, saying why
+                pass
             else:
                 job.attempts = 0
                 job.available_at = now
@@ -841,7 +962,7 @@ class DatabaseQueue(BaseQueue):
             "COALESCE(SUM(CASE WHEN reserved_at IS NOT NULL THEN 1 ELSE 0 END), 0), "
             "COALESCE(SUM(CASE WHEN reserved_at IS NULL AND available_at > %s THEN 1 ELSE 0 END), 0) "
             f"FROM {JOBS} WHERE queue = %s",
-            (_clock.now(), queue),
+            lambda: (_clock.now(), queue),
         )[0]
         total, reserved, delayed = (int(v) for v in row)
         return QueueCounts(ready=total - reserved - delayed, delayed=delayed, reserved=reserved)
@@ -856,7 +977,12 @@ class DatabaseQueue(BaseQueue):
         rows = self._worker.query(
             f"SELECT min(available_at) FROM {JOBS} WHERE queue IN ({marks}) AND reserved_at IS NULL", list(queues)
         )
-        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+        soonest = rows[0][0] if rows else None
+        if soonest is None:
+            return None
+        if type(soonest) is not float and type(soonest) is not int:
+            return _clock.now()  # a due time SQLite holds as text: the claim takes the row now and moves it
+        return float(soonest)
 
     def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
         """Sleep until a job may be due: a PostgreSQL ``NOTIFY`` from an insert, a
@@ -888,7 +1014,12 @@ class DatabaseQueue(BaseQueue):
     def _listen(self) -> Any:
         with self._listen_lock:
             if self._listener is None or self._listener.closed:
-                conn = connect(self._backend.target, application_name=self._backend.db.application_name + "-listen")
+                main = self._backend.db
+                conn = connect(
+                    self._backend.target,
+                    application_name=main.application_name + "-listen",
+                    response_timeout=main.response_timeout,
+                )
                 conn.execute(f"LISTEN {CHANNEL}")
                 self._listener = conn
             return self._listener
@@ -966,6 +1097,19 @@ class DatabaseQueue(BaseQueue):
         self._backend.db.close()
 
 
+def _claim_order(job: QueuedJob) -> tuple[int, float, int]:
+    return (job.priority, job.available_at, job.receipt[0])
+
+
+def _text(value: Any) -> str:
+    """A column as text for the failed store, whatever the row held."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="backslashreplace")
+    return str(value)
+
+
 def replace_connection(job: QueuedJob, connection: str) -> QueuedJob:
     from dataclasses import replace
 
@@ -976,11 +1120,23 @@ class DatabaseLockStore(LockStore):
     """Unique-job locks in a table: insert-if-absent with an expiry, released
     and renewed only by their owner. Expiry follows the Python clock."""
 
-    def __init__(self, url: str | None = None, *, reconnect_for: float = 30.0, _backend: Any = None) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        reconnect_for: float | None = None,
+        response_timeout: float | None = None,
+        _backend: Any = None,
+    ) -> None:
         if _backend is None:
             if url is None:
                 raise ValueError("DatabaseLockStore needs a database URL")
-            _backend = _Backend(DatabaseUrl.parse(url), reconnect_for=reconnect_for, application_name="rainier_sync")
+            _backend = _Backend(
+                DatabaseUrl.parse(url),
+                reconnect_for=reconnect_for,
+                response_timeout=response_timeout,
+                application_name="rainier_sync",
+            )
         self._backend: _Backend = _backend
         self._owns_connection = url is not None
         self.dialect = self._backend.dialect
@@ -994,47 +1150,58 @@ class DatabaseLockStore(LockStore):
         """Create the tables (the lock table comes with the queue's migrations)."""
         return migrate(self._backend.db)
 
+    # Every expiry is read when its statement runs (after a reconnect too; on
+    # SQLite once the write lock is held), so a lock never starts out expired.
     def acquire(self, key: str, owner: str, ttl: float) -> bool:
-        now = _clock.now()
-        expires = now + float(ttl)
+        ttl = float(ttl)
         if self.dialect == MYSQL:
+
+            def mysql_params() -> tuple[Any, ...]:
+                now = _clock.now()
+                return (key, owner, now + ttl, now, now)
+
             # Affected rows: 1 inserted, 2 taken over an expired lock, 0 held by someone.
-            changed = self._backend.execute(
+            changed: int = self._backend.stamped(
                 f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE "
                 "owner = IF(expires_at <= %s, VALUES(owner), owner), "
                 "expires_at = IF(expires_at <= %s, VALUES(expires_at), expires_at)",
-                (key, owner, expires, now, now),
+                mysql_params,
             )
             return changed > 0
-        changed = self._backend.execute(
+
+        def params() -> tuple[Any, ...]:
+            now = _clock.now()
+            return (key, owner, now + ttl, now)
+
+        changed = self._backend.stamped(
             f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (lock_key) "
             f"DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE {LOCKS}.expires_at <= %s",
-            (key, owner, expires, now),
+            params,
         )
         return changed > 0
 
     def release(self, key: str, owner: str) -> bool:
-        return (
-            self._backend.execute(
-                f"DELETE FROM {LOCKS} WHERE lock_key = %s AND owner = %s AND expires_at > %s",
-                (key, owner, _clock.now()),
-            )
-            > 0
+        released: int = self._backend.stamped(
+            f"DELETE FROM {LOCKS} WHERE lock_key = %s AND owner = %s AND expires_at > %s",
+            lambda: (key, owner, _clock.now()),
         )
+        return released > 0
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
-        now = _clock.now()
-        return (
-            self._backend.execute(
-                f"UPDATE {LOCKS} SET expires_at = %s WHERE lock_key = %s AND owner = %s AND expires_at > %s",
-                (now + float(ttl), key, owner, now),
-            )
-            > 0
+        ttl = float(ttl)
+
+        def params() -> tuple[Any, ...]:
+            now = _clock.now()
+            return (now + ttl, key, owner, now)
+
+        renewed: int = self._backend.stamped(
+            f"UPDATE {LOCKS} SET expires_at = %s WHERE lock_key = %s AND owner = %s AND expires_at > %s", params
         )
+        return renewed > 0
 
     def owner(self, key: str) -> str | None:
         rows = self._backend.query(
-            f"SELECT owner FROM {LOCKS} WHERE lock_key = %s AND expires_at > %s", (key, _clock.now())
+            f"SELECT owner FROM {LOCKS} WHERE lock_key = %s AND expires_at > %s", lambda: (key, _clock.now())
         )
         return str(rows[0][0]) if rows else None
 

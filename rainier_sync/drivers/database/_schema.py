@@ -162,7 +162,9 @@ _BOOKKEEPING = {
 
 
 def migrate(db: Database) -> list[int]:
-    """Apply the migrations not yet applied; returns the versions applied now."""
+    """Apply the migrations not yet applied; returns the versions applied now.
+    On SQLite this creates the database file if it is not there yet."""
+    db.create()
 
     def apply(conn: Any) -> list[int]:
         dialect = db.dialect

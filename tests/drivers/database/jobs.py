@@ -49,6 +49,20 @@ class Count(Job):
 
 
 @dataclass
+class Ledger(Job):
+    """Records that it ran, with tries enough that a job held by several killed
+    workers in turn still runs rather than failing as lost."""
+
+    NAME = "dbtest.ledger"
+    TRIES = 10
+
+    n: int
+
+    def handle(self, context: JobContext) -> None:
+        record(f"{self.n} {context.attempt}")
+
+
+@dataclass
 class Stall(Job):
     """On its first attempt, announces itself and hangs (to be killed); later attempts finish."""
 
@@ -64,7 +78,7 @@ class Stall(Job):
         record(f"{self.n} {context.attempt}")
 
 
-REGISTRY = JobRegistry().with_job(Count).with_job(Stall)
+REGISTRY = JobRegistry().with_job(Count).with_job(Ledger).with_job(Stall)
 
 
 def manager(url: str, reservation: float = 90, **options: object) -> QueueManager:
@@ -82,6 +96,7 @@ def main() -> None:
     parser.add_argument("--reclaim-interval", type=float, default=60.0)
     parser.add_argument("--sleep", type=float, default=1.0)
     parser.add_argument("--application-name", default="rainier_sync")
+    parser.add_argument("--prefetch", type=int, default=None)
     args = parser.parse_args()
     m = manager(args.url, args.reservation, application_name=args.application_name)
     options = WorkerOptions(
@@ -91,6 +106,7 @@ def main() -> None:
         max_jobs=args.max_jobs,
         reclaim_interval=args.reclaim_interval,
         sleep=args.sleep,
+        prefetch=args.prefetch,
     )
     worker = Worker(m, options=options)
     worker.install_signal_handlers()

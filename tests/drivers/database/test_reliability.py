@@ -18,7 +18,7 @@ import pytest
 from rainier_sync.drivers.database import DatabaseQueue
 from tests.support import wait_until
 
-from .jobs import Count, Stall, manager
+from .jobs import Count, Ledger, Stall, manager
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -158,3 +158,60 @@ def test_a_worker_whose_connection_is_terminated_reconnects_and_finishes(pg_url:
     queue = DatabaseQueue.from_url(pg_url)
     assert queue.size() == 0 and queue.failed_count() == 0
     queue.close()
+
+
+def test_mariadb_workers_killed_three_times_mid_drain_lose_nothing_and_rerun_only_what_they_held(
+    my_url: str, runs_dir: pathlib.Path, workers_for: object
+) -> None:
+    # A killed worker's claimed jobs run again once their reservations lapse: at
+    # most what it held, its threads plus the jobs it claimed ahead (prefetch),
+    # including jobs it had finished and not yet acknowledged.
+    total, concurrency, prefetch, kills = 10_000, 4, 8, 3
+    held_at_most = concurrency + prefetch
+    m = manager(my_url)
+    for start in range(0, total, 1000):
+        m.dispatch_many([Ledger(n) for n in range(start, start + 1000)])
+    m.close()
+    workers: Workers = workers_for(my_url)  # type: ignore[operator]
+    options = (
+        f"--concurrency={concurrency}",
+        f"--prefetch={prefetch}",
+        "--reservation=8",
+        "--reclaim-interval=0.5",
+        "--sleep=0.2",
+    )
+    steady = workers.start(*options)
+    doomed = workers.start(*options)
+
+    def ran_in(proc: subprocess.Popen[str]) -> int:
+        path = runs_dir / f"{proc.pid}.runs"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    for kill in range(kills):
+        # Early enough that over half the jobs are left after the last kill.
+        threshold = total * 15 * (kill + 1) // 100
+        wait_until(
+            lambda t=threshold, p=doomed: ran_in(p) >= 100 and sum(workers.runs().values()) >= t,
+            timeout=60,
+            interval=0.1,
+            message=f"{threshold} runs, the doomed worker mid-drain",
+        )
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait(10)
+        doomed = workers.start(*options)
+    queue = DatabaseQueue.from_url(my_url)
+    try:
+        wait_until(lambda: queue.size() == 0, timeout=90, interval=0.2, message="the queue to drain")
+        assert queue.failed_count() == 0
+    finally:
+        queue.close()
+    for proc in (steady, doomed):
+        proc.send_signal(signal.SIGTERM)
+        workers.finish(proc, timeout=60)
+    runs = workers.runs()
+    lost = sorted(set(range(total)) - set(runs))
+    assert not lost, f"{len(lost)} jobs never ran: {lost[:10]}"
+    reruns = {n: count - 1 for n, count in runs.items() if count > 1}
+    assert sum(reruns.values()) <= kills * held_at_most, (
+        f"{sum(reruns.values())} re-runs after {kills} kills, more than {held_at_most} per kill: {list(reruns)[:20]}"
+    )
