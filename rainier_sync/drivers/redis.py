@@ -203,7 +203,9 @@ local function requeue(P, group, q, band, id)
   for k = 1, #old, 2 do
     fields[#fields + 1] = old[k]
     if old[k] == 'a' then
-      fields[#fields + 1] = tostring((tonumber(old[k + 1]) or 0) + 1)
+      -- a count this driver did not write stays as it is, for the reserve to turn down
+      local counted = string.match(old[k + 1], '^%d+$') and #old[k + 1] <= 9
+      fields[#fields + 1] = counted and tostring(tonumber(old[k + 1]) + 1) or old[k + 1]
       bumped = true
     else
       fields[#fields + 1] = old[k + 1]
@@ -856,10 +858,11 @@ class RedisQueue(BaseQueue):
                         if b"j" not in named:
                             raise PayloadError("the stream entry has no 'j' (job) field")
                         body, attempts = named[b"j"], named.get(b"a", b"0")
-                    if not attempts.isdigit():
-                        raise PayloadError(f"the stream entry's attempts field is not a count: {attempts!r}")
+                    if not attempts.isdigit() or len(attempts) > 9:
+                        raise PayloadError(f"the stream entry's attempts field is not a count: {attempts[:40]!r}")
                     job = decode_job(body, connection=connection, receipt=_Receipt(queue, band, entry, body))
-                except PayloadError as exc:
+                    job.attempts = int(attempts) + 1
+                except Exception as exc:  # noqa: BLE001 - whatever it is, this entry alone is unreadable
                     try:
                         self._discard(queue, band, entry, exc)
                     except Exception as error:  # noqa: BLE001 - the jobs reserved with it must still be handed out
@@ -871,13 +874,12 @@ class RedisQueue(BaseQueue):
                             error,
                         )
                     continue
-                job.attempts = int(attempts) + 1
                 jobs.append(job)
             if (queue, band) not in self._streams_read:
                 self._streams_read.add((queue, band))
         return jobs
 
-    def _discard(self, queue: str, band: bytes, entry: bytes, exc: PayloadError) -> None:
+    def _discard(self, queue: str, band: bytes, entry: bytes, exc: Exception) -> None:
         """An entry nobody can run: into the failed store (keeping its raw fields), and say so."""
         found: Any = self._client.xrange(f"{self.prefix}{queue}:ready:{band.decode()}", entry, entry)
         values: dict[bytes, bytes] = found[0][1] if found else {}
@@ -1165,8 +1167,8 @@ class RedisQueue(BaseQueue):
             failed = FailedJob.of(job, info, float(record.get("failed_at", 0.0)))
             failed.error = str(record.get("error", info.error))
             return failed
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            info = ExceptionInfo.from_message(f"the failed-job record is unreadable: {exc}")
+        except Exception as exc:  # noqa: BLE001 - listed as unreadable, never raised: the others must still list
+            info = ExceptionInfo.from_message(f"the failed-job record is unreadable: {type(exc).__name__}: {exc}")
             return FailedJob(
                 id=failed_id,
                 name="<unreadable>",
@@ -1199,27 +1201,30 @@ class RedisQueue(BaseQueue):
         raw = self._client.hget(self.prefix + "failed", id)
         if raw is None:
             return False
-        now = _clock.now()
+        args = self._retry_args(id, raw)
+        now = _num(_clock.now())
+        args[3] = now  # due at once
+        return bool(self._scripts["retry"](args=[self.prefix, now, id, *args]))
+
+    def _retry_args(self, id: str, raw: bytes) -> list[Any]:
+        """``push()``'s arguments for a failed job going back on its queue, due time
+        left to fill in; PayloadError when its record cannot be read."""
         try:
             record = decode_json(raw)
-        except ValueError:
-            record = {}
-        raw_fields = record.get("raw") if isinstance(record, dict) else None
-        if isinstance(raw_fields, str):
-            # An unreadable entry goes back as it came, so whoever repairs the
-            # consumer (or the producer) gets another go at it.
-            fields = decode_json(raw_fields)
-            wire = record["job"]
-            args = [wire["queue"], str(wire.get("priority", 0)), "0", _num(now), fields.get("j", raw_fields)]
-        else:
-            try:
-                job = QueuedJob.from_wire(record.get("job"), connection=self.connection)
-            except PayloadError as exc:
-                raise PayloadError(f"failed job {id!r} cannot be retried: {exc}") from None
+            raw_fields = record.get("raw")
+            if isinstance(raw_fields, str):
+                # An unreadable entry goes back as it came, so whoever repairs the
+                # consumer (or the producer) gets another go at it.
+                fields = decode_json(raw_fields)
+                wire = record["job"]
+                return [wire["queue"], str(int(wire.get("priority", 0))), "0", None, fields.get("j", raw_fields)]
+            job = QueuedJob.from_wire(record.get("job"), connection=self.connection)
             job.attempts = 0
-            job.available_at = now
-            args = self._push_args(job)
-        return bool(self._scripts["retry"](args=[self.prefix, _num(now), id, *args]))
+            return self._push_args(job)
+        except Exception as exc:  # noqa: BLE001 - any record nobody can read is refused the same way
+            raise PayloadError(
+                f"failed job {id!r} cannot be retried: its record is unreadable: {type(exc).__name__}: {exc}"
+            ) from None
 
     def forget_failed(self, id: str) -> bool:
         return bool(self._scripts["forget"](args=[self.prefix, id]))
