@@ -1,6 +1,6 @@
 """A TCP proxy in front of the real Redis, owned by one test: it forwards, breaks
-(cuts every connection and resets new ones: the server is down) or freezes (holds
-every byte both ways: the server hangs), so outages are simulated without
+(cuts every connection and resets new ones: the server is down), freezes (holds
+every byte both ways: the server hangs) or goes deaf (holds the replies), so outages are simulated without
 touching the shared server."""
 
 from __future__ import annotations
@@ -52,10 +52,29 @@ class Proxy:
             _reset(client)
             server.close()
 
+    def refuse_new(self, keep: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        """Reset new connections, and every open one but those from the client ports in
+        ``keep``, until :meth:`heal`: the server went away while one idle socket lingers."""
+        with self._changed:
+            self._mode = "broken"
+            cut = [pair for pair in self._pairs if pair[0].getpeername()[1] not in keep]
+            self._pairs = [pair for pair in self._pairs if pair not in cut]
+            self._changed.notify_all()
+        for client, server in cut:
+            _reset(client)
+            server.close()
+
     def freeze(self) -> None:
         """Accept connections and hold every byte, both ways, until :meth:`heal`."""
         with self._changed:
             self._mode = "frozen"
+            self._changed.notify_all()
+
+    def deafen(self) -> None:
+        """Forward what clients send, and hold the server's replies, until :meth:`heal`
+        or :meth:`break_`: a command runs, and its reply is lost."""
+        with self._changed:
+            self._mode = "deaf"
             self._changed.notify_all()
 
     def heal(self) -> None:
@@ -80,7 +99,7 @@ class Proxy:
         while not self._closed:
             try:
                 client, _ = self._listener.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -110,9 +129,10 @@ class Proxy:
                 with self._changed:
                     while self._mode == "frozen" and not self._closed:
                         self._changed.wait(0.1)
-                readable, _, _ = select.select([client, server], [], [], 0.05)
-                if self._mode == "frozen":
-                    continue  # froze while waiting: what arrived stays unread
+                deaf = self._mode == "deaf"
+                readable, _, _ = select.select([client] if deaf else [client, server], [], [], 0.05)
+                if self._mode == "frozen" or (server in readable and self._mode == "deaf"):
+                    continue  # froze (or went deaf) while waiting: what arrived stays unread
                 for sock in readable:
                     data = sock.recv(65536)
                     if not data:

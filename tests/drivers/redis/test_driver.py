@@ -19,6 +19,7 @@ from freezegun import freeze_time
 from rainier_sync import QueuedJob, QueueDriver, QueueManager, Worker, WorkerOptions, _clock, signals
 from rainier_sync.drivers import RedisQueue
 from rainier_sync.drivers.base import Waker
+from rainier_sync.drivers.redis import RedisUnavailableError
 from rainier_sync.errors import ConfigurationError
 from tests.support import wait_until
 
@@ -374,9 +375,12 @@ def test_timeouts_and_reconnect_reach_the_connections(redis_url: str) -> None:
     try:
         kwargs = queue.client.connection_pool.connection_kwargs
         assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (2.0, 0.25)
-        assert kwargs["retry"].get_retries() == 4
+        assert kwargs["retry"].get_retries() == 0, "the driver retries, building each try's arguments anew"
+        assert queue._policy == (4, 0.3)
+        assert [queue._policy.pause(n) for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.3, 0.3]
         plain = RedisQueue.from_url(redis_url)
-        assert plain.client.connection_pool.connection_kwargs["retry"].get_retries() == 0, "reconnect is off by default"
+        assert plain._policy.retries == 0, "reconnect is off by default"
+        assert RedisQueue.from_url(redis_url, reconnect=True)._policy == (3, 1.0)
         plain.close()
     finally:
         queue.close()
@@ -510,7 +514,7 @@ def test_a_server_that_never_answers_fails_a_dispatch_within_the_response_timeou
     queue = RedisQueue.from_url(f"redis://127.0.0.1:{port}/0", connect_timeout_ms=500, response_timeout_ms=200)
     try:
         started = time.monotonic()
-        with pytest.raises(redis.TimeoutError):
+        with pytest.raises(RedisUnavailableError, match="Timeout"):
             queue.push(job())
         assert time.monotonic() - started < 5.0, "bounded by the response timeout, not hanging"
     finally:
@@ -633,10 +637,14 @@ def test_a_discard_that_fails_does_not_strand_the_jobs_reserved_with_it(
     redis_client.xadd(stream(prefix), {"j": "{not json", "a": "0"})
     queue.push(job(marker="after"))
 
-    def down(*args: object, **kwargs: object) -> None:
-        raise redis.ConnectionError("Connection reset by peer")
+    on_loop = queue._on_loop_connection
 
-    monkeypatch.setattr(queue._client, "xrange", down)  # moving the bad entry aside fails
+    def down(script: str, args: Any) -> Any:
+        if script == "fail":
+            raise RedisUnavailableError("redis connection 'default': fail failed: Connection reset by peer")
+        return on_loop(script, args)
+
+    monkeypatch.setattr(queue, "_on_loop_connection", down)  # moving the bad entry aside fails
     got = queue.reserve_many(["default"], 10)
     assert [j.payload for j in got] == [{"x": 1}, {"marker": "after"}], "reserved, and handed out"
 
@@ -781,7 +789,8 @@ def test_recording_a_reservation_again_after_a_release_changes_nothing(
     (got,) = loop.submit(worker_side.reserve_many, ["default"], 8).result(5)
     loop.submit(worker_side.release, got, 0).result(5)
     # the record sent again, as a connection lost before its reply was read would have it
-    args = worker_side._adopt_args([taken], "9999999999.0")
+    args = worker_side._adopt_args([taken])
+    args[3] = "9999999999.0"
     assert worker_side._scripts["adopt"](args=args) == []
     assert redis_client.zcard(prefix + "default:reserved") == 0
     assert len(producer.reserve_many(["default"], 8)) == 1, "one copy, queued once"
