@@ -1520,9 +1520,13 @@ class RedisQueue(BaseQueue):
             read = self._idle_read()
             if read.stash:
                 return  # taken while this loop was busy: its next reserve hands them out
-            if subscription is None and not (streams and self._blocking_reads):
-                waker.wait(min(timeout, max(0.0, self._subscribe_after - _clock.monotonic())))
-                return
+            if subscription is None:
+                # nothing would tell this wait of a release, a retry or a reclaim: it ends
+                # when the subscription may be opened again
+                timeout = min(timeout, max(0.01, self._subscribe_after - _clock.monotonic()))
+                if not (streams and self._blocking_reads):
+                    waker.wait(timeout)
+                    return
             self._wait_reading(read, subscription, streams, timeout, waker)
         finally:
             with self._mutex:

@@ -673,7 +673,7 @@ def go_idle(loop: ThreadPoolExecutor, queue: RedisQueue, queues: list[str], seco
 
     loop.submit(look).result(5)
     wait = loop.submit(queue.wait_for_jobs, queues, seconds, waker)
-    wait_until(lambda: reading(queue), 5, message="the blocking read to be sent")
+    wait_until(lambda: waker in queue._waiters and reading(queue), 5, message="the wait and its blocking read")
     return wait, waker
 
 
@@ -833,6 +833,27 @@ def test_a_subscription_dropped_by_another_loop_ends_the_wait_cleanly(make, loop
     started = time.monotonic()
     assert wait.result(5) is None
     assert time.monotonic() - started < 2.0
+    waker.close()
+
+
+def test_a_wait_begun_while_the_subscription_is_down_ends_when_it_may_reopen(make, loop: ThreadPoolExecutor) -> None:  # type: ignore[no-untyped-def]
+    # its blocking read sees pushes, but not a release, a retry or a reclaim
+    queue = make()
+    used(queue)
+    waker = Waker()
+
+    def idle_while_down() -> float:
+        queue.reserve_many(["default"], 1)
+        queue.wait_for_jobs(["default"], 0.2, waker)  # subscribes
+        waker.clear()
+        with queue._listen_lock:
+            queue._subscription_lost(queue._pubsub, ConnectionError("dropped"))
+        queue.reserve_many(["default"], 1)
+        started = time.monotonic()
+        queue.wait_for_jobs(["default"], 5.0, waker)
+        return time.monotonic() - started
+
+    assert loop.submit(idle_while_down).result(10) < 2.0, "the wait slept through its chance to subscribe again"
     waker.close()
 
 
