@@ -171,6 +171,11 @@ def _where(client: redis.Redis) -> str:
     return f"{where}/{kwargs.get('db', 0)}"
 
 
+def _ours(old: Any, owner: str) -> bool:
+    """After ``SET … NX GET``: set now (nothing was there), or already held by ``owner``."""
+    return old is None or (old.decode() if isinstance(old, bytes) else old) == owner
+
+
 def _check_url(owner: str, url: Any) -> str:
     if not isinstance(url, str) or not url.startswith(_SCHEMES):
         raise ConfigurationError(f"{owner} url must start with redis://, rediss:// or unix://, got {url!r}")
@@ -263,8 +268,7 @@ class RedisLockStore(LockStore):
                 return bool(self._client.set(name, owner, nx=True, px=px))
             # the broken try's SET may have run, with only its reply lost: the key's
             # old value holding our own owner token means the lock is ours
-            old = self._client.set(name, owner, nx=True, px=px, get=True)
-            return old is None or old == owner.encode()
+            return _ours(self._client.set(name, owner, nx=True, px=px, get=True), owner)
 
         return self._call(f"acquire of {key!r}", attempt)
 
@@ -292,7 +296,7 @@ class RedisLockStore(LockStore):
             replies = pipe.execute()
             if not again:
                 return [bool(done) for done in replies]
-            return [old is None or old == owner.encode() for old, (_, owner, _) in zip(replies, wanted, strict=True)]
+            return [_ours(old, owner) for old, (_, owner, _) in zip(replies, wanted, strict=True)]
 
         return self._call(f"acquire of {len(items)} lock(s), {items[0][0]!r} first", attempt)
 
@@ -803,8 +807,8 @@ class RedisQueue(BaseQueue):
         consumer: str | None = None,
         reconnect: bool = False,
     ) -> None:
-        if not isinstance(prefix, str) or not prefix:
-            raise ConfigurationError(f"redis connection: prefix must be a non-empty string, got {prefix!r}")
+        if not isinstance(prefix, str) or not prefix or not prefix.isprintable():
+            raise ConfigurationError(f"redis connection: prefix must be a non-empty printable string, got {prefix!r}")
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
             raise ConfigurationError(
                 f"redis connection: reservation must be a positive number of seconds, got {reservation!r}"
@@ -1264,7 +1268,7 @@ class RedisQueue(BaseQueue):
                 finally:
                     pending[:0] = unloaded
                 command = ("EVAL", _SOURCES[script])  # not cached (a fresh server, SCRIPT FLUSH): by its text
-        except _BROKEN:
+        except BaseException:
             conn.disconnect()  # with any reply on it unread
             raise
         if error is not None:

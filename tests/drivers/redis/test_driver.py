@@ -348,6 +348,7 @@ def test_two_loops_on_one_queue_do_not_take_each_others_wake_up(make) -> None:  
     [
         ({"url": "http://127.0.0.1:6379/1"}, "redis://"),
         ({"prefix": ""}, "prefix"),
+        ({"prefix": "app\ud800:"}, "prefix"),
         ({"reservation": 0}, "reservation"),
         ({"connect_timeout_ms": -1}, "connect_timeout_ms"),
         ({"response_timeout_ms": "fast"}, "response_timeout_ms"),
