@@ -13,7 +13,10 @@ Keys, under the connection's ``prefix`` ``P``:
 
 Every due time and every reservation deadline comes from
 :func:`rainier_sync._clock.now` and is handed to the Lua scripts, so freezegun
-moves them; Redis's own clock only backs the ``XAUTOCLAIM`` safety net.
+moves them; Redis's own clock only backs the ``XAUTOCLAIM`` safety net. They are
+taken as each command is sent, again for a try after a broken connection: the
+driver retries itself (its connections never do), so a reservation that waited
+out an outage is not recorded as already lapsed.
 """
 
 from __future__ import annotations
