@@ -149,11 +149,11 @@ def test_an_outage_longer_than_the_reservation_runs_no_job_twice(
 ) -> None:
     gate = _GATES[prefix] = threading.Event()
     registry = JobRegistry().with_job(Gated)
-    driver = make(proxy.url, reservation=1, **RIDE_OUT)
+    driver = make(proxy.url, reservation=2, **RIDE_OUT)
     driver._blocking_reads = False  # idle on the wake-up subscription alone: its socket is the one left open
     manager = QueueManager({"redis": driver}, registry=registry, container=jobs.container(redis_url))
     producer = QueueManager({"redis": make(redis_url)}, registry=registry)
-    reclaimer = make(redis_url, reservation=1)  # another worker's reclaims, straight to the server
+    reclaimer = make(redis_url, reservation=2)  # another worker's reclaims, straight to the server
     passes = [0]
     stop = threading.Event()
 
@@ -176,7 +176,7 @@ def test_an_outage_longer_than_the_reservation_runs_no_job_twice(
         # The server goes away and every connection but the subscription's is cut, so the
         # notification of the next push reaches the worker and its reserve meets the outage.
         proxy.refuse_new(keep={driver._pubsub.connection._sock.getsockname()[1]})
-        healer, _ = heal_after(proxy, 1.5)
+        healer, _ = heal_after(proxy, 2.5)
         producer.dispatch_many([Gated(prefix, n) for n in range(2)])
         sweeping.start()
         wait_until(lambda: len(ran(redis_client, prefix)) == 2, 30, message="both jobs to start")
