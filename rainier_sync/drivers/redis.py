@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import os
 import select
 import socket
@@ -1356,6 +1357,8 @@ class RedisQueue(BaseQueue):
         if not held:
             return
         period = self.reservation if seconds is None else float(seconds)
+        if not math.isfinite(period):
+            raise ValueError(f"{self._named()}: extend: seconds must be a finite number, got {seconds!r}")
 
         def args() -> list[Any]:
             return [self.prefix, _GROUP, self.consumer, _num(_clock.now() + period), *held]

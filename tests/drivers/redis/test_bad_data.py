@@ -125,3 +125,11 @@ def test_a_lock_redis_cannot_be_sent_is_a_payload_error(call: Any, redis_url: st
         assert store.acquire("k", "me", 30) and store.owner("k") == "me"
     finally:
         store.close()
+
+
+def test_a_renewal_for_a_period_that_is_not_a_number_is_refused_naming_it(queue: RedisQueue) -> None:
+    queue.push(job())
+    held = queue.reserve_many(["default"], 1)
+    with pytest.raises(ValueError, match="extend: seconds"):
+        queue.extend(held, math.nan)
+    queue.extend(held, 60)  # the connection is still in step
