@@ -1213,15 +1213,14 @@ class RedisQueue(BaseQueue):
             self._call("acknowledge", lambda: self._redo_acks(self._loop_connection()), self._loop_broken)
 
     def _on_push_connection(self, script: str, calls: list[list[Any]]) -> None:
-        """Run ``script`` once per argument list (each with "now" second, filled in
-        as it is sent), pipelined on the producers' own connection: a dispatch skips
-        the pool's checkout (a third of its cost). A second thread dispatching
-        meanwhile takes a pooled connection instead."""
+        """Run ``script`` once per argument list in ``calls`` (each with "now" second,
+        filled in as it is sent), pipelined on the producers' own connection: a
+        dispatch skips the pool's checkout (a third of its cost). A second thread
+        dispatching meanwhile takes a pooled connection instead."""
         self._after_fork()
-        pending = list(calls)
         if self._push_lock.acquire(blocking=False):
             try:
-                self._call("dispatch", lambda: self._push_on(self._push_connection(), script, pending))
+                self._call("dispatch", lambda: self._push_on(self._push_connection(), script, calls))
             finally:
                 self._push_lock.release()
             return
@@ -1230,7 +1229,7 @@ class RedisQueue(BaseQueue):
         def borrowed() -> None:
             conn = pool.get_connection()
             try:
-                self._push_on(conn, script, pending)
+                self._push_on(conn, script, calls)
             finally:
                 pool.release(conn)
 
@@ -1260,18 +1259,20 @@ class RedisQueue(BaseQueue):
                     args[1] = now
                     conn.send_command(*command, 0, *args)
                 unloaded: list[list[Any]] = []
+                answered = 0
                 try:
-                    for _ in range(len(pending)):
+                    for args in pending:
                         try:
                             conn.read_response()
                         except redis.exceptions.NoScriptError:
-                            unloaded.append(pending[0])
+                            unloaded.append(args)
                         except redis.ResponseError as exc:
                             error = error or exc
-                        del pending[0]
+                        answered += 1
                 finally:
-                    pending[:0] = unloaded
-                command = ("EVAL", _SOURCES[script])  # not cached (a fresh server, SCRIPT FLUSH): by its text
+                    pending[:answered] = unloaded
+                if pending:  # not cached (a fresh server, SCRIPT FLUSH): by its text
+                    command = ("EVAL", _SOURCES[script])
         except BaseException:
             conn.disconnect()  # with any reply on it unread
             raise
