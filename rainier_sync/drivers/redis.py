@@ -13,23 +13,29 @@ Keys, under the connection's ``prefix`` ``P``:
 
 Every due time and every reservation deadline comes from
 :func:`rainier_sync._clock.now` and is handed to the Lua scripts, so freezegun
-moves them; Redis's own clock only backs the ``XAUTOCLAIM`` safety net.
+moves them; Redis's own clock only backs the ``XAUTOCLAIM`` safety net. They are
+taken as each command is sent, again for a try after a broken connection: the
+driver retries itself (its connections never do), so a reservation that waited
+out an outage is not recorded as already lapsed.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
+import math
 import os
 import select
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from .. import _clock
-from ..errors import ConfigurationError, DriverUnavailableError, PayloadError
+from ..errors import ConfigurationError, DriverUnavailableError, PayloadError, QueueUnavailableError
 from ..locks.base import LockStore
 from ..types import (
     ExceptionInfo,
@@ -46,16 +52,132 @@ from .base import BaseQueue, QueueDriver, Waker, as_job_list
 
 try:
     import redis
-    from redis.backoff import ExponentialBackoff, NoBackoff
+    from redis.backoff import NoBackoff
     from redis.retry import Retry
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise DriverUnavailableError("the Redis driver needs redis-py: pip install 'rainier_sync[redis]'") from error
 
-__all__ = ["RedisLockStore", "RedisQueue"]
+__all__ = ["RedisLockStore", "RedisQueue", "RedisUnavailableError"]
 
 log = logging.getLogger("rainier_sync")
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+class RedisUnavailableError(QueueUnavailableError):
+    """Redis could not be reached (refused, dropped, timed out) within the
+    connection's timeouts and reconnect settings; names the connection."""
+
+
+_T = TypeVar("_T")
+
+#: What a connection that is broken, refused or timed out raises.
+_BROKEN = (redis.ConnectionError, redis.TimeoutError, OSError)
+#: What redis-py raises for a value it cannot send (a lone surrogate, a type it does not know).
+_BAD_DATA = (redis.DataError, UnicodeEncodeError)
+
+
+class _Reconnect(NamedTuple):
+    """How a command that met a broken connection is tried again: ``retries`` more
+    times, on a new connection, pausing 100 ms, 200 ms, 400 ms... (at most ``cap``
+    seconds) in between. No retries: the command fails at once."""
+
+    retries: int = 0
+    cap: float = 1.0
+
+    def pause(self, failures: int) -> float:
+        return float(min(self.cap, 0.1 * 2 ** (failures - 1)))
+
+
+def _retrying(
+    policy: _Reconnect,
+    named: Callable[[], str],
+    what: str,
+    attempt: Callable[[], _T],
+    broken: Callable[[], None] | None = None,
+) -> _T:
+    """Run ``attempt``, again after a broken connection as ``policy`` allows.
+
+    ``attempt`` builds its command's arguments as it sends it, so the times they
+    carry ("now", a reservation's deadline) are those of the try that reaches the
+    server, not of one made before a wait for it. Redis out of reach raises
+    :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError.
+    """
+    failures = 0
+    while True:
+        try:
+            return attempt()
+        except _BROKEN as exc:
+            if broken is not None:
+                broken()
+            failures += 1
+            if failures > policy.retries:
+                tries = f" ({failures} tries)" if failures > 1 else ""
+                raise RedisUnavailableError(f"{named()}: {what} failed{tries}: {type(exc).__name__}: {exc}") from exc
+            time.sleep(policy.pause(failures))
+        except _BAD_DATA as exc:
+            raise PayloadError(f"{named()}: {what}: Redis cannot be sent this: {exc}") from exc
+
+
+def _positive_ms(owner: str, name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigurationError(f"{owner}: {name} must be a positive number of milliseconds, got {value!r}")
+    return float(value) / 1000.0
+
+
+def _connection_settings(
+    owner: str,
+    connect_timeout_ms: float | None,
+    response_timeout_ms: float | None,
+    reconnect: bool,
+    reconnect_attempts: int | None,
+    reconnect_max_backoff_ms: float | None,
+) -> tuple[float | None, float | None, _Reconnect]:
+    """The timeouts (seconds) and reconnect policy the settings ask for; ConfigurationError naming a bad one."""
+    connect_timeout = _positive_ms(owner, "connect_timeout_ms", connect_timeout_ms)
+    response_timeout = _positive_ms(owner, "response_timeout_ms", response_timeout_ms)
+    if not isinstance(reconnect, bool):
+        raise ConfigurationError(f"{owner}: reconnect must be true or false, got {reconnect!r}")
+    if not reconnect and (reconnect_attempts is not None or reconnect_max_backoff_ms is not None):
+        given = "reconnect_attempts" if reconnect_attempts is not None else "reconnect_max_backoff_ms"
+        raise ConfigurationError(f"{owner}: {given} has no effect without reconnect = true; set both")
+    if reconnect_attempts is not None and (
+        isinstance(reconnect_attempts, bool) or not isinstance(reconnect_attempts, int) or reconnect_attempts < 1
+    ):
+        raise ConfigurationError(f"{owner}: reconnect_attempts must be an int >= 1, got {reconnect_attempts!r}")
+    max_backoff = _positive_ms(owner, "reconnect_max_backoff_ms", reconnect_max_backoff_ms)
+    policy = _Reconnect(reconnect_attempts or 3, max_backoff or 1.0) if reconnect else _Reconnect()
+    return connect_timeout, response_timeout, policy
+
+
+def _client(url: str, connect_timeout: float | None, response_timeout: float | None, name: str | None) -> redis.Redis:
+    """A client whose connections never retry on their own: the driver retries, with
+    the arguments built again for each try."""
+    pool = redis.ConnectionPool.from_url(
+        url,
+        protocol=2,
+        decode_responses=False,
+        socket_connect_timeout=connect_timeout,
+        socket_timeout=response_timeout,
+        retry=Retry(NoBackoff(), 0),
+        client_name=name,
+    )
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
+
+
+def _where(client: redis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+    return f"{where}/{kwargs.get('db', 0)}"
+
+
+def _ours(old: Any, owner: str) -> bool:
+    """After ``SET … NX GET``: set now (nothing was there), or already held by ``owner``."""
+    return old is None or (old.decode() if isinstance(old, bytes) else old) == owner
 
 
 def _check_url(owner: str, url: Any) -> str:
@@ -93,7 +215,7 @@ class RedisLockStore(LockStore):
     """Locks in Redis: ``SET key owner NX PX ttl``; released and renewed only by their owner token.
 
     Expiry is Redis's own clock (``PX``), so a lock outlives a dead holder by at most its ttl.
-    Usable with any queue driver.
+    Usable with any queue driver. Redis out of reach raises :class:`RedisUnavailableError`.
     """
 
     def __init__(self, client: redis.Redis, prefix: str = "rainier:lock:") -> None:
@@ -101,45 +223,103 @@ class RedisLockStore(LockStore):
         self._prefix = prefix
         self._release = client.register_script(_RELEASE_LOCK)
         self._renew = client.register_script(_RENEW_LOCK)
+        self._policy = _Reconnect()
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "rainier:lock:") -> RedisLockStore:
-        """Connect to ``url`` (``redis://host:port/db``)."""
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "rainier:lock:",
+        *,
+        connect_timeout_ms: float | None = None,
+        response_timeout_ms: float | None = None,
+        reconnect: bool = False,
+        reconnect_attempts: int | None = None,
+        reconnect_max_backoff_ms: float | None = None,
+    ) -> RedisLockStore:
+        """Connect to ``url`` (``redis://host:port/db``); the timeouts and reconnect
+        settings mean what they do for :meth:`RedisQueue.from_url`."""
         _check_url("RedisLockStore", url)
-        return cls(redis.Redis.from_url(url, protocol=2, decode_responses=False), prefix=prefix)
+        connect_timeout, response_timeout, policy = _connection_settings(
+            "redis lock store",
+            connect_timeout_ms,
+            response_timeout_ms,
+            reconnect,
+            reconnect_attempts,
+            reconnect_max_backoff_ms,
+        )
+        store = cls(_client(url, connect_timeout, response_timeout, None), prefix=prefix)
+        store._policy = policy
+        return store
 
     def _key(self, key: str) -> str:
         return self._prefix + key
 
+    def _named(self) -> str:
+        return f"redis lock store ({_where(self._client)})"
+
+    def _call(self, what: str, attempt: Callable[[], _T]) -> _T:
+        return _retrying(self._policy, self._named, what, attempt)
+
     def acquire(self, key: str, owner: str, ttl: float) -> bool:
-        return bool(self._client.set(self._key(key), owner, nx=True, px=_ttl_ms(ttl, key)))
+        name, px = self._key(key), _ttl_ms(ttl, key)
+        tries = 0
+
+        def attempt() -> bool:
+            nonlocal tries
+            tries += 1
+            if tries == 1:
+                return bool(self._client.set(name, owner, nx=True, px=px))
+            # the broken try's SET may have run, with only its reply lost: the key's
+            # old value holding our own owner token means the lock is ours
+            return _ours(self._client.set(name, owner, nx=True, px=px, get=True), owner)
+
+        return self._call(f"acquire of {key!r}", attempt)
 
     def release(self, key: str, owner: str) -> bool:
-        return bool(self._release(keys=[self._key(key)], args=[owner]))
+        return self._call(f"release of {key!r}", lambda: bool(self._release(keys=[self._key(key)], args=[owner])))
 
     def renew(self, key: str, owner: str, ttl: float) -> bool:
-        return bool(self._renew(keys=[self._key(key)], args=[owner, _ttl_ms(ttl, key)]))
+        name, px = self._key(key), _ttl_ms(ttl, key)
+        return self._call(f"renewal of {key!r}", lambda: bool(self._renew(keys=[name], args=[owner, px])))
 
     def acquire_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
         """Every ``SET NX PX`` in one pipelined round trip (not a transaction: each is atomic on its own)."""
         if not items:
             return []
-        pipe = self._client.pipeline(transaction=False)
-        for key, owner in items:
-            pipe.set(self._key(key), owner, nx=True, px=_ttl_ms(ttl, key))
-        return [bool(done) for done in pipe.execute()]
+        wanted = [(self._key(key), owner, _ttl_ms(ttl, key)) for key, owner in items]
+        tries = 0
+
+        def attempt() -> list[bool]:
+            nonlocal tries
+            tries += 1
+            again = tries > 1
+            pipe = self._client.pipeline(transaction=False)
+            for name, owner, px in wanted:
+                pipe.set(name, owner, nx=True, px=px, get=again)  # as acquire() does after a broken try
+            replies = pipe.execute()
+            if not again:
+                return [bool(done) for done in replies]
+            return [_ours(old, owner) for old, (_, owner, _) in zip(replies, wanted, strict=True)]
+
+        return self._call(f"acquire of {len(items)} lock(s), {items[0][0]!r} first", attempt)
 
     def renew_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
         """Every owner-checked renewal in one pipelined round trip."""
         if not items:
             return []
-        pipe = self._client.pipeline(transaction=False)
-        for key, owner in items:
-            self._renew(keys=[self._key(key)], args=[owner, _ttl_ms(ttl, key)], client=pipe)
-        return [bool(done) for done in pipe.execute()]
+        wanted = [(self._key(key), owner, _ttl_ms(ttl, key)) for key, owner in items]
+
+        def attempt() -> list[bool]:
+            pipe = self._client.pipeline(transaction=False)
+            for name, owner, px in wanted:
+                self._renew(keys=[name], args=[owner, px], client=pipe)
+            return [bool(done) for done in pipe.execute()]
+
+        return self._call(f"renewal of {len(items)} lock(s), {items[0][0]!r} first", attempt)
 
     def owner(self, key: str) -> str | None:
-        value: Any = self._client.get(self._key(key))
+        value: Any = self._call(f"owner of {key!r}", lambda: self._client.get(self._key(key)))
         if value is None:
             return None
         return value.decode() if isinstance(value, bytes) else str(value)
@@ -203,7 +383,9 @@ local function requeue(P, group, q, band, id)
   for k = 1, #old, 2 do
     fields[#fields + 1] = old[k]
     if old[k] == 'a' then
-      fields[#fields + 1] = tostring((tonumber(old[k + 1]) or 0) + 1)
+      -- a count this driver did not write stays as it is, for the reserve to turn down
+      local counted = string.match(old[k + 1], '^%d+$') and #old[k + 1] <= 9
+      fields[#fields + 1] = counted and tostring(tonumber(old[k + 1]) + 1) or old[k + 1]
       bumped = true
     else
       fields[#fields + 1] = old[k + 1]
@@ -526,6 +708,22 @@ local delayed = redis.call('ZCARD', base .. 'delayed') - due
 return {in_streams - reserved + due, delayed, reserved}
 """
 
+#: Every script by name, registered with each client (run by EVALSHA, by EVAL when not cached).
+_SOURCES = {
+    "push": _PUSH,
+    "push_one": _PUSH_ONE,
+    "reserve": _RESERVE,
+    "ack": _ACK,
+    "adopt": _ADOPT,
+    "release": _RELEASE,
+    "fail": _FAIL,
+    "extend": _EXTEND,
+    "reclaim": _RECLAIM,
+    "retry": _RETRY,
+    "forget": _FORGET,
+    "counts": _COUNTS,
+}
+
 #: Jobs per EVALSHA when pushing or acknowledging in bulk (Lua's unpack limit is ~8000).
 _CHUNK = 1000
 #: Delayed jobs promoted per queue per reserve.
@@ -560,12 +758,17 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
-def _positive_ms(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigurationError(f"redis connection: {name} must be a positive number of milliseconds, got {value!r}")
-    return float(value) / 1000.0
+def _record(record: dict[str, Any]) -> str:
+    """A failed-store record as JSON; ASCII, so that a lone surrogate a stored job
+    brought in (``"\\ud800"`` is valid JSON) cannot stop it being written."""
+    return json.dumps(record, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
+def _utf8(job: QueuedJob, text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise PayloadError(f"job {job.id!r} ({job.name!r}) cannot be stored: not valid UTF-8 text: {exc}") from None
 
 
 #: An entry an idle loop's blocking read took: queue, band, entry id, its fields,
@@ -608,8 +811,8 @@ class RedisQueue(BaseQueue):
         consumer: str | None = None,
         reconnect: bool = False,
     ) -> None:
-        if not isinstance(prefix, str) or not prefix:
-            raise ConfigurationError(f"redis connection: prefix must be a non-empty string, got {prefix!r}")
+        if not isinstance(prefix, str) or not prefix or not prefix.isprintable():
+            raise ConfigurationError(f"redis connection: prefix must be a non-empty printable string, got {prefix!r}")
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
             raise ConfigurationError(
                 f"redis connection: reservation must be a positive number of seconds, got {reservation!r}"
@@ -619,23 +822,7 @@ class RedisQueue(BaseQueue):
         self.reservation: float = float(reservation)
         #: This process's name in the consumer group (also its connections' client name).
         self.consumer = consumer or _consumer_name()
-        self._scripts = {
-            name: client.register_script(source)
-            for name, source in (
-                ("push", _PUSH),
-                ("push_one", _PUSH_ONE),
-                ("reserve", _RESERVE),
-                ("ack", _ACK),
-                ("adopt", _ADOPT),
-                ("release", _RELEASE),
-                ("fail", _FAIL),
-                ("extend", _EXTEND),
-                ("reclaim", _RECLAIM),
-                ("retry", _RETRY),
-                ("forget", _FORGET),
-                ("counts", _COUNTS),
-            )
-        }
+        self._scripts = {name: client.register_script(source) for name, source in _SOURCES.items()}
         # Idle wake-ups: a subscription to P + "wake", read by the waiting loops
         # themselves (whichever finds it readable first), bumps ``_wake_seq`` and
         # sets every waiting waker; a wait returns at once when a notification
@@ -668,7 +855,7 @@ class RedisQueue(BaseQueue):
         self._loop_conn: Any = None
         self._sent: collections.deque[tuple[str, list[Any]]] = collections.deque()
         self._redo: list[tuple[str, list[Any]]] = []
-        self._reconnect = reconnect
+        self._policy = _Reconnect(3, 1.0) if reconnect else _Reconnect()
         self._push_lock = threading.Lock()
         self._push_conn: Any = None
         self._pid = os.getpid()
@@ -688,44 +875,28 @@ class RedisQueue(BaseQueue):
         """Build a queue on ``url`` (``redis://host:port/db``: the database index is the queue's own).
 
         ``connect_timeout_ms`` bounds opening a connection and ``response_timeout_ms``
-        each command; both unbounded unless given. With ``reconnect`` a command that
-        meets a dropped or timed-out connection is retried on a new one, up to
-        ``reconnect_attempts`` (default 3) times with exponential backoff capped at
-        ``reconnect_max_backoff_ms`` (default 1000); without it the command fails and
-        the caller (the worker: ``queue_operation_failed``) hears of it.
+        each reply; both unbounded unless given. With ``reconnect`` a command that
+        meets a dropped, refused or timed-out connection is sent again on a new one,
+        up to ``reconnect_attempts`` (default 3) more times, pausing 100 ms, 200 ms,
+        400 ms... (at most ``reconnect_max_backoff_ms``, default 1000) in between, its
+        times ("now", deadlines) taken afresh for each try. When every try fails, or
+        without ``reconnect`` the first, it raises :class:`RedisUnavailableError`
+        naming the connection (the worker reports it as ``queue_operation_failed``).
         """
         _check_url("redis connection", url)
-        connect_timeout = _positive_ms("connect_timeout_ms", connect_timeout_ms)
-        response_timeout = _positive_ms("response_timeout_ms", response_timeout_ms)
-        if not isinstance(reconnect, bool):
-            raise ConfigurationError(f"redis connection: reconnect must be true or false, got {reconnect!r}")
-        if not reconnect and (reconnect_attempts is not None or reconnect_max_backoff_ms is not None):
-            given = "reconnect_attempts" if reconnect_attempts is not None else "reconnect_max_backoff_ms"
-            raise ConfigurationError(f"redis connection: {given} has no effect without reconnect = true; set both")
-        if reconnect_attempts is not None and (
-            isinstance(reconnect_attempts, bool) or not isinstance(reconnect_attempts, int) or reconnect_attempts < 1
-        ):
-            raise ConfigurationError(
-                f"redis connection: reconnect_attempts must be an int >= 1, got {reconnect_attempts!r}"
-            )
-        max_backoff = _positive_ms("reconnect_max_backoff_ms", reconnect_max_backoff_ms)
-        if reconnect:
-            retry = Retry(ExponentialBackoff(cap=max_backoff or 1.0, base=0.01), reconnect_attempts or 3)
-        else:
-            retry = Retry(NoBackoff(), 0)
-        consumer = _consumer_name()
-        pool = redis.ConnectionPool.from_url(
-            url,
-            protocol=2,
-            decode_responses=False,
-            socket_connect_timeout=connect_timeout,
-            socket_timeout=response_timeout,
-            retry=retry,
-            client_name=f"rainier-queue-{consumer}",
+        connect_timeout, response_timeout, policy = _connection_settings(
+            "redis connection",
+            connect_timeout_ms,
+            response_timeout_ms,
+            reconnect,
+            reconnect_attempts,
+            reconnect_max_backoff_ms,
         )
-        client = redis.Redis(connection_pool=pool)
-        client.auto_close_connection_pool = True
-        return cls(client, prefix=prefix, reservation=reservation, consumer=consumer, reconnect=reconnect)
+        consumer = _consumer_name()
+        client = _client(url, connect_timeout, response_timeout, f"rainier-queue-{consumer}")
+        queue = cls(client, prefix=prefix, reservation=reservation, consumer=consumer, reconnect=reconnect)
+        queue._policy = policy
+        return queue
 
     @property
     def client(self) -> redis.Redis:
@@ -733,39 +904,56 @@ class RedisQueue(BaseQueue):
         return self._client
 
     def describe(self) -> str:
-        kwargs = self._client.connection_pool.connection_kwargs
-        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-        return f"redis {where}/{kwargs.get('db', 0)} prefix={self.prefix!r}"
+        return f"redis {_where(self._client)} prefix={self.prefix!r}"
+
+    def _named(self) -> str:
+        return f"redis connection {self.connection!r} ({self.describe()})"
+
+    def _call(self, what: str, attempt: Callable[[], _T], broken: Callable[[], None] | None = None) -> _T:
+        return _retrying(self._policy, self._named, what, attempt, broken)
 
     # -- producing -------------------------------------------------------------
     def _push_args(self, job: QueuedJob) -> list[Any]:
         """A job as the separate arguments of ``push()`` in Lua (for the scripts that push one job)."""
-        queue, priority, attempts, due, body = self._line(job).split("\t", 4)
-        return [queue, priority, attempts, due, body]
+        return _utf8(job, self._line(job)).split(b"\t", 4)
 
     def _line(self, job: QueuedJob) -> str:
+        """queue TAB priority TAB attempts TAB due TAB json; PayloadError naming the job if it cannot be stored."""
         queue = job.queue
         if not isinstance(queue, str) or not queue or "\t" in queue or "\n" in queue:
-            raise ValueError(
+            raise PayloadError(
                 f"job {job.id} ({job.name}): queue must be a non-empty string without tabs or newlines, got {queue!r}"
             )
         priority = job.priority
         if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"job {job.id} ({job.name}): priority must be an int, got {priority!r}")
-        return f"{queue}\t{priority}\t{job.attempts}\t{float(job.available_at)!r}\t{job.encode()}"
+            raise PayloadError(f"job {job.id} ({job.name}): priority must be an int, got {priority!r}")
+        try:
+            float(priority)  # a band's score in Redis: a double
+            body = job.encode()
+        except Exception as exc:  # noqa: BLE001 - NaN, a payload JSON cannot hold, nesting too deep...
+            raise PayloadError(f"job {job.id} ({job.name}) cannot be stored: {type(exc).__name__}: {exc}") from None
+        return f"{queue}\t{priority}\t{job.attempts}\t{float(job.available_at)!r}\t{body}"
+
+    def _blob(self, jobs: Sequence[QueuedJob]) -> bytes:
+        """The ``push`` script's jobs argument: one line per job."""
+        text = "\n".join([self._line(job) for job in jobs])
+        try:
+            return text.encode()
+        except UnicodeEncodeError:
+            for job in jobs:  # which one: a lone surrogate somewhere in it
+                _utf8(job, self._line(job))
+            raise  # pragma: no cover - one of them could not be encoded
 
     def push(self, job: QueuedJob) -> str:
-        self._on_push_connection("push_one", [[self.prefix, _num(_clock.now()), *self._push_args(job)]])
+        self._on_push_connection("push_one", [[self.prefix, None, *self._push_args(job)]])
         return job.id
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         """Store ``jobs`` in one pipeline (one script call per thousand jobs)."""
         if not jobs:
             return []
-        now = _num(_clock.now())
-        chunks = [
-            [self.prefix, now, "\n".join([self._line(job) for job in jobs[start : start + _CHUNK]])]
-            for start in range(0, len(jobs), _CHUNK)
+        chunks: list[list[Any]] = [
+            [self.prefix, None, self._blob(jobs[start : start + _CHUNK])] for start in range(0, len(jobs), _CHUNK)
         ]
         self._on_push_connection("push", chunks)
         return [job.id for job in jobs]
@@ -777,26 +965,21 @@ class RedisQueue(BaseQueue):
         if limit <= 0 or not queues:
             return []
         self._after_fork()
-        now = _clock.now()
         self._seen.seq = self._wake_seq
         read: _IdleRead | None = getattr(self._reads, "read", None)
         if read is not None and (read.stash or read.streams is not None):
-            jobs = self._take_stash(read, queues, limit, now)
+            jobs = self._take_stash(read, queues, limit)
             if jobs:
                 return jobs  # at once: the caller reserves again for the rest, and this is its idle wake-up
-        args = [
-            self.prefix,
-            _GROUP,
-            self.consumer,
-            _num(now),
-            _num(now + self.reservation),
-            int(limit),
-            _PROMOTE,
-            *queues,
-        ]
+        prefix, consumer, reservation = self.prefix, self.consumer, self.reservation
+
+        def args() -> list[Any]:
+            now = _clock.now()
+            return [prefix, _GROUP, consumer, _num(now), _num(now + reservation), int(limit), _PROMOTE, *queues]
+
         return self._jobs_from(self._on_loop_connection("reserve", args))
 
-    def _take_stash(self, read: _IdleRead, queues: Sequence[str], limit: int, now: float) -> list[QueuedJob]:
+    def _take_stash(self, read: _IdleRead, queues: Sequence[str], limit: int) -> list[QueuedJob]:
         """Hand out (up to ``limit``) what this loop's blocking read took for ``queues``.
 
         Entries the read took moments ago go out at once, their reservations
@@ -817,13 +1000,12 @@ class RedisQueue(BaseQueue):
         recent = _clock.monotonic() - self.reservation / 3
         fresh = [item for item in taken if item[4] >= recent]
         older = [item for item in taken if item[4] < recent]
-        deadline = _num(now + self.reservation)
         if older:
-            still = set(self._on_loop_connection("adopt", self._adopt_args(older, deadline)))
+            still = set(self._adopt(older))
             older = [item for item in older if item[2] in still]
         if fresh:
             try:
-                self._send_deferred([("adopt", self._adopt_args(fresh, deadline))])
+                self._send_deferred([("adopt", self._adopt_args(fresh))])
             except BaseException:
                 with read.lock:
                     read.stash[:0] = fresh
@@ -833,10 +1015,23 @@ class RedisQueue(BaseQueue):
     def _taken_jobs(self, items: Sequence[_Taken]) -> list[QueuedJob]:
         return self._jobs_from((queue.encode(), band, [(entry, fields)]) for queue, band, entry, fields, _ in items)
 
-    def _adopt_args(self, items: Sequence[_Taken], deadline: str) -> list[Any]:
-        args: list[Any] = [self.prefix, _GROUP, self.consumer, deadline]
+    def _adopt_args(self, items: Sequence[_Taken]) -> list[Any]:
+        """The ``adopt`` script's arguments; the deadline (None here) is filled in as it is sent."""
+        args: list[Any] = [self.prefix, _GROUP, self.consumer, None]
         for queue, band, entry, _, _ in items:
             args.extend((queue, band, entry))
+        return args
+
+    def _adopt(self, items: Sequence[_Taken]) -> list[bytes]:
+        """Record the reservations of what the blocking read took that is still this
+        consumer's; returns their entry ids."""
+        args = self._adopt_args(items)
+        return list(self._on_loop_connection("adopt", lambda: self._stamped("adopt", args)))
+
+    def _stamped(self, script: str, args: list[Any]) -> list[Any]:
+        """``args`` as sent now: an ``adopt`` gets its deadline from this moment."""
+        if script == "adopt":
+            args[3] = _num(_clock.now() + self.reservation)
         return args
 
     def _jobs_from(self, rows: Any) -> list[QueuedJob]:
@@ -856,12 +1051,13 @@ class RedisQueue(BaseQueue):
                         if b"j" not in named:
                             raise PayloadError("the stream entry has no 'j' (job) field")
                         body, attempts = named[b"j"], named.get(b"a", b"0")
-                    if not attempts.isdigit():
-                        raise PayloadError(f"the stream entry's attempts field is not a count: {attempts!r}")
+                    if not attempts.isdigit() or len(attempts) > 9:
+                        raise PayloadError(f"the stream entry's attempts field is not a count: {attempts[:40]!r}")
                     job = decode_job(body, connection=connection, receipt=_Receipt(queue, band, entry, body))
-                except PayloadError as exc:
+                    job.attempts = int(attempts) + 1
+                except Exception as exc:  # noqa: BLE001 - whatever it is, this entry alone is unreadable
                     try:
-                        self._discard(queue, band, entry, exc)
+                        self._discard(queue, band, entry, fields, exc)
                     except Exception as error:  # noqa: BLE001 - the jobs reserved with it must still be handed out
                         log.error(
                             "queue %r: could not move unreadable stream entry %s to the failed store (%s); "
@@ -871,31 +1067,26 @@ class RedisQueue(BaseQueue):
                             error,
                         )
                     continue
-                job.attempts = int(attempts) + 1
                 jobs.append(job)
             if (queue, band) not in self._streams_read:
                 self._streams_read.add((queue, band))
         return jobs
 
-    def _discard(self, queue: str, band: bytes, entry: bytes, exc: PayloadError) -> None:
+    def _discard(self, queue: str, band: bytes, entry: bytes, fields: list[bytes], exc: Exception) -> None:
         """An entry nobody can run: into the failed store (keeping its raw fields), and say so."""
-        found: Any = self._client.xrange(f"{self.prefix}{queue}:ready:{band.decode()}", entry, entry)
-        values: dict[bytes, bytes] = found[0][1] if found else {}
-        raw = encode({k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in values.items()})
+        named = zip(fields[::2], fields[1::2], strict=False)
+        raw = encode({k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in named})
         info = ExceptionInfo.from_exception(exc)
         entry_id = entry.decode()
         failed_id = f"unreadable-{queue}-{entry_id}"
-        now = _clock.now()
-        record = {
-            "job": {"id": failed_id, "name": "<unreadable>", "queue": queue, "payload": {}, "priority": int(band)},
-            "raw": raw,
-            "error": info.error,
-            "exception": info.to_dict(),
-            "failed_at": now,
-        }
-        self._on_loop_connection(
-            "fail", [self.prefix, _GROUP, queue, band, entry, failed_id, encode(record), _num(now), "0"]
-        )
+        job = {"id": failed_id, "name": "<unreadable>", "queue": queue, "payload": {}, "priority": int(band)}
+
+        def args() -> list[Any]:
+            now = _clock.now()
+            record = {"job": job, "raw": raw, "error": info.error, "exception": info.to_dict(), "failed_at": now}
+            return [self.prefix, _GROUP, queue, band, entry, failed_id, _record(record), _num(now), "0"]
+
+        self._on_loop_connection("fail", args)
         log.error("queue %r: discarded unreadable stream entry %s: %s", queue, entry_id, info.error)
         self.announce_discarded(info, raw)
 
@@ -935,23 +1126,23 @@ class RedisQueue(BaseQueue):
         read before the next reply wanted there, and a call whose outcome is unknown is
         made again (each is harmless to repeat)."""
         self._after_fork()
+        unsent = collections.deque(calls)
         with self._loop_lock:
-            self._redo_acks()
-            unsent = collections.deque(calls)
             try:
-                conn = self._loop_connection()
-                while unsent:
-                    # EVAL, not EVALSHA: a reply nobody may read before the process
-                    # exits must not be NOSCRIPT (a fresh server, a failover, SCRIPT FLUSH)
-                    name, call_args = unsent[0]
-                    conn.send_command("EVAL", _DEFERRED[name], 0, *call_args)
-                    self._sent.append(unsent.popleft())
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                self._loop_broken()
-                self._redo.extend(unsent)  # never sent, or only in part: send them again too
-                if not self._reconnect:
-                    raise
-                self._redo_acks()
+                self._call("acknowledge", lambda: self._send_on_loop(unsent), self._loop_broken)
+            finally:
+                self._redo.extend(unsent)  # never sent: the next operation sends them
+
+    def _send_on_loop(self, unsent: collections.deque[tuple[str, list[Any]]]) -> None:
+        conn = self._loop_connection()
+        if self._redo:
+            self._redo_acks(conn)
+        while unsent:
+            # EVAL, not EVALSHA: a reply nobody may read before the process
+            # exits must not be NOSCRIPT (a fresh server, a failover, SCRIPT FLUSH)
+            name, call_args = unsent[0]
+            conn.send_command("EVAL", _DEFERRED[name], 0, *self._stamped(name, call_args))
+            self._sent.append(unsent.popleft())
 
     # -- the owning loop's connection --------------------------------------------------
     def _after_fork(self) -> None:
@@ -973,11 +1164,16 @@ class RedisQueue(BaseQueue):
         self._waiters = set()
 
     def _loop_connection(self) -> Any:
-        if self._loop_conn is None:
-            self._loop_conn = self._client.connection_pool.get_connection()
+        """The loop connection, connected: the arguments about to be built must be
+        taken after any wait for a connection."""
+        conn = self._loop_conn
+        if conn is None:
+            conn = self._loop_conn = self._client.connection_pool.get_connection()
         elif not self._sent:
-            _drop_if_closed(self._loop_conn)
-        return self._loop_conn
+            _drop_if_closed(conn)
+        if conn._sock is None:
+            conn.connect()
+        return conn
 
     def _loop_broken(self) -> None:
         """The loop connection failed: drop it; acknowledgements not confirmed go again."""
@@ -994,15 +1190,18 @@ class RedisQueue(BaseQueue):
             try:
                 conn.read_response()
             except redis.ResponseError:
-                # NOSCRIPT after a SCRIPT FLUSH, OOM under noeviction...: send it again the ordinary way
+                # OOM under noeviction, a replica that became read-only...: sent again by the next operation
                 self._redo.append(self._sent.popleft())
                 continue
             self._sent.popleft()
 
-    def _redo_acks(self) -> None:
+    def _redo_acks(self, conn: Any) -> None:
+        """Send again, one at a time, the deferred calls whose outcome is unknown."""
+        self._read_acks(conn)
         while self._redo:
             name, args = self._redo[0]
-            self._scripts[name](args=args)
+            conn.send_command("EVAL", _DEFERRED[name], 0, *self._stamped(name, args))
+            conn.read_response()
             self._redo.pop(0)
 
     def _sync(self) -> None:
@@ -1011,84 +1210,95 @@ class RedisQueue(BaseQueue):
         if not self._sent and not self._redo:
             return
         with self._loop_lock:
-            if self._sent:
-                try:
-                    self._read_acks(self._loop_connection())
-                except (redis.ConnectionError, redis.TimeoutError, OSError):
-                    self._loop_broken()
-                    if not self._reconnect:
-                        raise
-            self._redo_acks()
+            self._call("acknowledge", lambda: self._redo_acks(self._loop_connection()), self._loop_broken)
 
     def _on_push_connection(self, script: str, calls: list[list[Any]]) -> None:
-        """Run ``script`` once per argument list, pipelined on the producers' own connection:
-        a dispatch skips the pool's checkout (a third of its cost). A second thread
+        """Run ``script`` once per argument list in ``calls`` (each with "now" second,
+        filled in as it is sent), pipelined on the producers' own connection: a
+        dispatch skips the pool's checkout (a third of its cost). A second thread
         dispatching meanwhile takes a pooled connection instead."""
         self._after_fork()
-        if not self._push_lock.acquire(blocking=False):
-            self._pipelined(script, calls)
-            return
-        try:
-            conn = self._push_conn
-            if conn is None:
-                conn = self._push_conn = self._client.connection_pool.get_connection()
-            else:
-                _drop_if_closed(conn)
-            again: list[list[Any]] = []
-            error: redis.ResponseError | None = None
+        if self._push_lock.acquire(blocking=False):
             try:
-                for args in calls:
-                    conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args)
-                for args in calls:
-                    # every reply is read, also after an error: one left unread would
-                    # be taken by the next dispatch on this connection as its own
-                    try:
-                        conn.read_response()
-                    except redis.exceptions.NoScriptError:
-                        again.append(args)
-                    except redis.ResponseError as exc:
-                        error = error or exc
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                conn.disconnect()
-                if not self._reconnect:
-                    raise
-                again, error = calls, None  # the ordinary way retries; a push that got through is stored twice
-            if error is not None:
-                raise error
-            if again:
-                self._pipelined(script, again)
-        finally:
-            self._push_lock.release()
-
-    def _pipelined(self, script: str, calls: list[list[Any]]) -> None:
-        if len(calls) == 1:
-            self._scripts[script](args=calls[0])
+                self._call("dispatch", lambda: self._push_on(self._push_connection(), script, calls))
+            finally:
+                self._push_lock.release()
             return
-        pipe = self._client.pipeline(transaction=False)
-        for args in calls:
-            self._scripts[script](args=args, client=pipe)
-        pipe.execute()
+        pool = self._client.connection_pool
 
-    def _on_loop_connection(self, script: str, args: list[Any]) -> Any:
-        """Run ``script`` on the loop connection, reading unread acknowledgement replies on the way."""
+        def borrowed() -> None:
+            conn = pool.get_connection()
+            try:
+                self._push_on(conn, script, calls)
+            finally:
+                pool.release(conn)
+
+        self._call("dispatch", borrowed)
+
+    def _push_connection(self) -> Any:
+        conn = self._push_conn
+        if conn is None:
+            conn = self._push_conn = self._client.connection_pool.get_connection()
+        else:
+            _drop_if_closed(conn)
+        return conn
+
+    def _push_on(self, conn: Any, script: str, pending: list[list[Any]]) -> None:
+        """Send every call in ``pending``, then read every reply. A call leaves
+        ``pending`` once its reply is read, so a retry sends only the unanswered
+        ones; every reply is read, also after an error, since one left unread would
+        be taken by the next dispatch on this connection as its own."""
+        if conn._sock is None:
+            conn.connect()
+        command: tuple[str, str] = ("EVALSHA", self._scripts[script].sha)
+        error: redis.ResponseError | None = None
+        try:
+            while pending:
+                now = _num(_clock.now())
+                for args in pending:
+                    args[1] = now
+                    conn.send_command(*command, 0, *args)
+                unloaded: list[list[Any]] = []
+                answered = 0
+                try:
+                    for args in pending:
+                        try:
+                            conn.read_response()
+                        except redis.exceptions.NoScriptError:
+                            unloaded.append(args)
+                        except redis.ResponseError as exc:
+                            error = error or exc
+                        answered += 1
+                finally:
+                    pending[:answered] = unloaded
+                if pending:  # not cached (a fresh server, SCRIPT FLUSH): by its text
+                    command = ("EVAL", _SOURCES[script])
+        except BaseException:
+            conn.disconnect()  # with any reply on it unread
+            raise
+        if error is not None:
+            raise error
+
+    def _on_loop_connection(self, script: str, args: Callable[[], list[Any]]) -> Any:
+        """Run ``script`` on the loop connection, reading unread acknowledgement replies
+        on the way; ``args`` builds its arguments as it is sent, again for each try."""
         self._after_fork()
         with self._loop_lock:
-            self._redo_acks()
-            conn = self._loop_connection()
-            try:
-                conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args)
-                self._read_acks(conn)
-                try:
-                    return conn.read_response()
-                except redis.exceptions.NoScriptError:
-                    pass
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                self._loop_broken()
-                if not self._reconnect:
-                    raise
-                self._redo_acks()
-            # not loaded yet (or flushed), or the connection was replaced: the ordinary way
-            return self._scripts[script](args=args)
+            return self._call(script, lambda: self._on_loop(script, args), self._loop_broken)
+
+    def _on_loop(self, script: str, args: Callable[[], list[Any]]) -> Any:
+        conn = self._loop_connection()
+        if self._redo:
+            self._redo_acks(conn)
+        conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args())
+        self._read_acks(conn)
+        try:
+            return conn.read_response()
+        except redis.exceptions.NoScriptError:
+            pass
+        # not cached (a fresh server, a failover, SCRIPT FLUSH): by its text, which caches it
+        conn.send_command("EVAL", _SOURCES[script], 0, *args())
+        return conn.read_response()
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         self._put_back(job, delay, job.attempts)
@@ -1102,48 +1312,59 @@ class RedisQueue(BaseQueue):
         receipt = self._receipt(job)
         if receipt is None:
             return
-        now = _clock.now()
-        due = now + max(0.0, float(delay))
-        self._on_loop_connection(
-            "release",
-            [
+        delay = max(0.0, float(delay))
+
+        def args() -> list[Any]:
+            now = _clock.now()
+            return [
                 self.prefix,
                 _GROUP,
                 receipt.queue,
                 receipt.band,
                 receipt.entry,
                 _num(now),
-                _num(due),
+                _num(now + delay),
                 str(attempts),
                 receipt.body,
-            ],
-        )
+            ]
+
+        self._on_loop_connection("release", args)
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         info = as_exception_info(error)
-        now = _clock.now()
-        failed = FailedJob.of(job, info, now)
-        record = {"job": job.to_wire(), "error": info.error, "exception": info.to_dict(), "failed_at": now}
+        wire, details = job.to_wire(), info.to_dict()
         receipt = self._receipt(job)
         queue, band, entry = (receipt.queue, receipt.band, receipt.entry) if receipt else (job.queue, b"0", b"0-0")
         held = "1" if receipt else "0"
-        self._on_loop_connection(
-            "fail", [self.prefix, _GROUP, queue, band, entry, job.id, encode(record), _num(now), held]
-        )
-        return failed
+        failed_at = 0.0
+
+        def args() -> list[Any]:
+            nonlocal failed_at
+            failed_at = _clock.now()
+            record = {"job": wire, "error": info.error, "exception": details, "failed_at": failed_at}
+            return [self.prefix, _GROUP, queue, band, entry, job.id, _record(record), _num(failed_at), held]
+
+        self._on_loop_connection("fail", args)
+        return FailedJob.of(job, info, failed_at)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Push running jobs' deadlines out and re-claim their entries for this consumer
         (``XCLAIM ... JUSTID``), so neither sweep takes them from a live worker."""
-        args: list[Any] = []
+        held: list[Any] = []
         for job in as_job_list(jobs):
             receipt = self._receipt(job)
             if receipt is not None:
-                args.extend((receipt.queue, receipt.band, receipt.entry))
-        if not args:
+                held.extend((receipt.queue, receipt.band, receipt.entry))
+        if not held:
             return
-        deadline = _clock.now() + (self.reservation if seconds is None else float(seconds))
-        self._on_loop_connection("extend", [self.prefix, _GROUP, self.consumer, _num(deadline), *args])
+        period = self.reservation if seconds is None else float(seconds)
+        if not math.isfinite(period):
+            raise ValueError(f"{self._named()}: extend: seconds must be a finite number, got {seconds!r}")
+
+        def args() -> list[Any]:
+            return [self.prefix, _GROUP, self.consumer, _num(_clock.now() + period), *held]
+
+        self._on_loop_connection("extend", args)
 
     def reclaim_expired(self) -> int:
         """Put every job whose reservation lapsed back on its queue; returns how many.
@@ -1151,7 +1372,11 @@ class RedisQueue(BaseQueue):
         Also forgets group consumers (worker processes) that hold nothing and have
         not been heard from for ten reservations."""
         reservation_ms = int(self.reservation * 1000)
-        args = [self.prefix, _GROUP, self.consumer, _num(_clock.now()), reservation_ms, _PROMOTE, 10 * reservation_ms]
+
+        def args() -> list[Any]:
+            now = _num(_clock.now())
+            return [self.prefix, _GROUP, self.consumer, now, reservation_ms, _PROMOTE, 10 * reservation_ms]
+
         return int(self._on_loop_connection("reclaim", args))
 
     # -- the failed store ---------------------------------------------------------
@@ -1165,8 +1390,8 @@ class RedisQueue(BaseQueue):
             failed = FailedJob.of(job, info, float(record.get("failed_at", 0.0)))
             failed.error = str(record.get("error", info.error))
             return failed
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            info = ExceptionInfo.from_message(f"the failed-job record is unreadable: {exc}")
+        except Exception as exc:  # noqa: BLE001 - listed as unreadable, never raised: the others must still list
+            info = ExceptionInfo.from_message(f"the failed-job record is unreadable: {type(exc).__name__}: {exc}")
             return FailedJob(
                 id=failed_id,
                 name="<unreadable>",
@@ -1181,10 +1406,12 @@ class RedisQueue(BaseQueue):
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         if limit <= 0:
             return []
-        ids: Any = self._client.zrevrange(self.prefix + "failed:index", 0, limit - 1)
-        if not ids:
-            return []
-        records: Any = self._client.hmget(self.prefix + "failed", ids)
+
+        def read() -> tuple[Any, Any]:
+            ids: Any = self._client.zrevrange(self.prefix + "failed:index", 0, limit - 1)
+            return ids, (self._client.hmget(self.prefix + "failed", ids) if ids else [])
+
+        ids, records = self._call("failed_jobs", read)
         out = []
         for failed_id, raw in zip(ids, records, strict=True):
             failed = self._failed_from(failed_id.decode(), raw)
@@ -1193,41 +1420,52 @@ class RedisQueue(BaseQueue):
         return out
 
     def failed_count(self) -> int:
-        return int(self._client.zcard(self.prefix + "failed:index"))
+        return int(self._call("failed_count", lambda: self._client.zcard(self.prefix + "failed:index")))
 
     def retry_failed(self, id: str) -> bool:
-        raw = self._client.hget(self.prefix + "failed", id)
+        raw: Any = self._call("retry_failed", lambda: self._client.hget(self.prefix + "failed", id))
         if raw is None:
             return False
-        now = _clock.now()
+        pushed = self._retry_args(id, raw)
+
+        def retry() -> Any:
+            now = _num(_clock.now())
+            pushed[3] = now  # due at once
+            return self._scripts["retry"](args=[self.prefix, now, id, *pushed])
+
+        return bool(self._call("retry_failed", retry))
+
+    def _retry_args(self, id: str, raw: bytes) -> list[Any]:
+        """``push()``'s arguments for a failed job going back on its queue, due time
+        left to fill in; PayloadError when its record cannot be read."""
         try:
             record = decode_json(raw)
-        except ValueError:
-            record = {}
-        raw_fields = record.get("raw") if isinstance(record, dict) else None
-        if isinstance(raw_fields, str):
-            # An unreadable entry goes back as it came, so whoever repairs the
-            # consumer (or the producer) gets another go at it.
-            fields = decode_json(raw_fields)
-            wire = record["job"]
-            args = [wire["queue"], str(wire.get("priority", 0)), "0", _num(now), fields.get("j", raw_fields)]
-        else:
-            try:
-                job = QueuedJob.from_wire(record.get("job"), connection=self.connection)
-            except PayloadError as exc:
-                raise PayloadError(f"failed job {id!r} cannot be retried: {exc}") from None
+            raw_fields = record.get("raw")
+            if isinstance(raw_fields, str):
+                # An unreadable entry goes back as it came, so whoever repairs the
+                # consumer (or the producer) gets another go at it.
+                fields = decode_json(raw_fields)
+                wire = record["job"]
+                return [wire["queue"], str(int(wire.get("priority", 0))), "0", None, fields.get("j", raw_fields)]
+            job = QueuedJob.from_wire(record.get("job"), connection=self.connection)
             job.attempts = 0
-            job.available_at = now
-            args = self._push_args(job)
-        return bool(self._scripts["retry"](args=[self.prefix, _num(now), id, *args]))
+            queue, priority, attempts, _, _ = self._line(job).split("\t", 4)
+            # as ASCII JSON: a lone surrogate the job came in with (a "\\ud800" escape) goes back the same way
+            return [queue, priority, attempts, None, _record(job.to_wire())]
+        except Exception as exc:  # noqa: BLE001 - any record nobody can read is refused the same way
+            raise PayloadError(
+                f"failed job {id!r} cannot be retried: its record is unreadable: {type(exc).__name__}: {exc}"
+            ) from None
 
     def forget_failed(self, id: str) -> bool:
-        return bool(self._scripts["forget"](args=[self.prefix, id]))
+        return bool(self._call("forget_failed", lambda: self._scripts["forget"](args=[self.prefix, id])))
 
     # -- inspection -------------------------------------------------------------
     def counts(self, queue: str) -> QueueCounts:
         self._sync()
-        ready, delayed, reserved = self._scripts["counts"](args=[self.prefix, _num(_clock.now()), queue])
+        ready, delayed, reserved = self._call(
+            "counts", lambda: self._scripts["counts"](args=[self.prefix, _num(_clock.now()), queue])
+        )
         return QueueCounts(ready=max(0, int(ready)), delayed=int(delayed), reserved=int(reserved))
 
     def size(self, queue: str | None = None) -> int:
@@ -1235,7 +1473,7 @@ class RedisQueue(BaseQueue):
         return sum(self.counts(name).total for name in queues)
 
     def queue_names(self) -> list[str]:
-        names: Any = self._client.smembers(self.prefix + "queues")
+        names: Any = self._call("queue_names", lambda: self._client.smembers(self.prefix + "queues"))
         return sorted(name.decode() for name in names)
 
     def check_eviction_policy(self) -> str | None:
@@ -1244,7 +1482,7 @@ class RedisQueue(BaseQueue):
         Returns the policy, or None when the server will not say (``CONFIG`` disabled).
         """
         try:
-            reply: Any = self._client.config_get("maxmemory-policy")
+            reply: Any = self._call("check_eviction_policy", lambda: self._client.config_get("maxmemory-policy"))
         except redis.ResponseError as exc:
             log.warning("could not read Redis maxmemory-policy (%s); make sure it is noeviction", exc)
             return None
@@ -1278,11 +1516,14 @@ class RedisQueue(BaseQueue):
             subscription = self._subscription()
             if subscription is not None and self._drain(subscription):
                 return  # notified, or just subscribed: what was published before is unknown
-            pipe = self._client.pipeline(transaction=False)
-            for queue in queues:
-                pipe.zrange(self.prefix + queue + ":delayed", 0, 0, withscores=True)
-                pipe.zrange(self.prefix + queue + ":bands", 0, -1)
-            replies = pipe.execute()
+            def look() -> Any:
+                pipe = self._client.pipeline(transaction=False)
+                for queue in queues:
+                    pipe.zrange(self.prefix + queue + ":delayed", 0, 0, withscores=True)
+                    pipe.zrange(self.prefix + queue + ":bands", 0, -1)
+                return pipe.execute()
+
+            replies = self._call("wait_for_jobs", look)
             soonest = min((rows[0][1] for rows in replies[0::2] if rows), default=None)
             if soonest is not None:
                 timeout = min(timeout, max(0.0, float(soonest) - _clock.now()))
@@ -1290,9 +1531,13 @@ class RedisQueue(BaseQueue):
             read = self._idle_read()
             if read.stash:
                 return  # taken while this loop was busy: its next reserve hands them out
-            if subscription is None and not (streams and self._blocking_reads):
-                waker.wait(min(timeout, max(0.0, self._subscribe_after - _clock.monotonic())))
-                return
+            if subscription is None:
+                # nothing would tell this wait of a release, a retry or a reclaim: it ends
+                # when the subscription may be opened again
+                timeout = min(timeout, max(0.01, self._subscribe_after - _clock.monotonic()))
+                if not (streams and self._blocking_reads):
+                    waker.wait(timeout)
+                    return
             self._wait_reading(read, subscription, streams, timeout, waker)
         finally:
             with self._mutex:
@@ -1442,7 +1687,7 @@ class RedisQueue(BaseQueue):
             stash, read.stash = read.stash, []
         if not stash:
             return
-        still = set(self._on_loop_connection("adopt", self._adopt_args(stash, _num(_clock.now() + self.reservation))))
+        still = set(self._adopt(stash))
         for job in self._taken_jobs([item for item in stash if item[2] in still]):
             self._put_back(job, 0.0, max(0, job.attempts - 1))
 

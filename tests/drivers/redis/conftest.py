@@ -29,3 +29,13 @@ def prefix(redis_client: redis.Redis) -> Iterator[str]:
     keys = list(redis_client.scan_iter(match=value + "*", count=1000))
     if keys:
         redis_client.delete(*keys)
+
+
+@pytest.fixture
+def proxy(redis_url: str) -> Iterator[object]:
+    """A TCP proxy of the test's own in front of the real Redis (tests/drivers/redis/proxy.py)."""
+    from .proxy import Proxy
+
+    made = Proxy(redis_url)
+    yield made
+    made.close()

@@ -19,6 +19,7 @@ from freezegun import freeze_time
 from rainier_sync import QueuedJob, QueueDriver, QueueManager, Worker, WorkerOptions, _clock, signals
 from rainier_sync.drivers import RedisQueue
 from rainier_sync.drivers.base import Waker
+from rainier_sync.drivers.redis import RedisUnavailableError
 from rainier_sync.errors import ConfigurationError
 from tests.support import wait_until
 
@@ -347,6 +348,7 @@ def test_two_loops_on_one_queue_do_not_take_each_others_wake_up(make) -> None:  
     [
         ({"url": "http://127.0.0.1:6379/1"}, "redis://"),
         ({"prefix": ""}, "prefix"),
+        ({"prefix": "app\ud800:"}, "prefix"),
         ({"reservation": 0}, "reservation"),
         ({"connect_timeout_ms": -1}, "connect_timeout_ms"),
         ({"response_timeout_ms": "fast"}, "response_timeout_ms"),
@@ -374,9 +376,12 @@ def test_timeouts_and_reconnect_reach_the_connections(redis_url: str) -> None:
     try:
         kwargs = queue.client.connection_pool.connection_kwargs
         assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"]) == (2.0, 0.25)
-        assert kwargs["retry"].get_retries() == 4
+        assert kwargs["retry"].get_retries() == 0, "the driver retries, building each try's arguments anew"
+        assert queue._policy == (4, 0.3)
+        assert [queue._policy.pause(n) for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.3, 0.3]
         plain = RedisQueue.from_url(redis_url)
-        assert plain.client.connection_pool.connection_kwargs["retry"].get_retries() == 0, "reconnect is off by default"
+        assert plain._policy.retries == 0, "reconnect is off by default"
+        assert RedisQueue.from_url(redis_url, reconnect=True)._policy == (3, 1.0)
         plain.close()
     finally:
         queue.close()
@@ -510,7 +515,7 @@ def test_a_server_that_never_answers_fails_a_dispatch_within_the_response_timeou
     queue = RedisQueue.from_url(f"redis://127.0.0.1:{port}/0", connect_timeout_ms=500, response_timeout_ms=200)
     try:
         started = time.monotonic()
-        with pytest.raises(redis.TimeoutError):
+        with pytest.raises(RedisUnavailableError, match="Timeout"):
             queue.push(job())
         assert time.monotonic() - started < 5.0, "bounded by the response timeout, not hanging"
     finally:
@@ -633,10 +638,14 @@ def test_a_discard_that_fails_does_not_strand_the_jobs_reserved_with_it(
     redis_client.xadd(stream(prefix), {"j": "{not json", "a": "0"})
     queue.push(job(marker="after"))
 
-    def down(*args: object, **kwargs: object) -> None:
-        raise redis.ConnectionError("Connection reset by peer")
+    on_loop = queue._on_loop_connection
 
-    monkeypatch.setattr(queue._client, "xrange", down)  # moving the bad entry aside fails
+    def down(script: str, args: Any) -> Any:
+        if script == "fail":
+            raise RedisUnavailableError("redis connection 'default': fail failed: Connection reset by peer")
+        return on_loop(script, args)
+
+    monkeypatch.setattr(queue, "_on_loop_connection", down)  # moving the bad entry aside fails
     got = queue.reserve_many(["default"], 10)
     assert [j.payload for j in got] == [{"x": 1}, {"marker": "after"}], "reserved, and handed out"
 
@@ -665,7 +674,7 @@ def go_idle(loop: ThreadPoolExecutor, queue: RedisQueue, queues: list[str], seco
 
     loop.submit(look).result(5)
     wait = loop.submit(queue.wait_for_jobs, queues, seconds, waker)
-    wait_until(lambda: reading(queue), 5, message="the blocking read to be sent")
+    wait_until(lambda: waker in queue._waiters and reading(queue), 5, message="the wait and its blocking read")
     return wait, waker
 
 
@@ -781,7 +790,8 @@ def test_recording_a_reservation_again_after_a_release_changes_nothing(
     (got,) = loop.submit(worker_side.reserve_many, ["default"], 8).result(5)
     loop.submit(worker_side.release, got, 0).result(5)
     # the record sent again, as a connection lost before its reply was read would have it
-    args = worker_side._adopt_args([taken], "9999999999.0")
+    args = worker_side._adopt_args([taken])
+    args[3] = "9999999999.0"
     assert worker_side._scripts["adopt"](args=args) == []
     assert redis_client.zcard(prefix + "default:reserved") == 0
     assert len(producer.reserve_many(["default"], 8)) == 1, "one copy, queued once"
@@ -824,6 +834,27 @@ def test_a_subscription_dropped_by_another_loop_ends_the_wait_cleanly(make, loop
     started = time.monotonic()
     assert wait.result(5) is None
     assert time.monotonic() - started < 2.0
+    waker.close()
+
+
+def test_a_wait_begun_while_the_subscription_is_down_ends_when_it_may_reopen(make, loop: ThreadPoolExecutor) -> None:  # type: ignore[no-untyped-def]
+    # its blocking read sees pushes, but not a release, a retry or a reclaim
+    queue = make()
+    used(queue)
+    waker = Waker()
+
+    def idle_while_down() -> float:
+        queue.reserve_many(["default"], 1)
+        queue.wait_for_jobs(["default"], 0.2, waker)  # subscribes
+        waker.clear()
+        with queue._listen_lock:
+            queue._subscription_lost(queue._pubsub, ConnectionError("dropped"))
+        queue.reserve_many(["default"], 1)
+        started = time.monotonic()
+        queue.wait_for_jobs(["default"], 5.0, waker)
+        return time.monotonic() - started
+
+    assert loop.submit(idle_while_down).result(10) < 2.0, "the wait slept through its chance to subscribe again"
     waker.close()
 
 
