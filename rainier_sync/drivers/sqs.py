@@ -49,6 +49,8 @@ MAX_DELAY = 900
 MAX_MESSAGE_BYTES = 1_048_576
 #: ChangeMessageVisibility stays below SQS's 12-hour ceiling.
 MAX_VISIBILITY = 43_000
+#: Attempt counts past this in a message are read as damage, not as a count.
+MOST_ATTEMPTS = 1_000_000
 #: Failed-store entries one listing looks at, at most.
 SCAN_LIMIT = 1_000
 _BATCH = 10
@@ -121,6 +123,18 @@ def _region_of(url: str) -> str | None:
     if len(parts) > 3 and parts[1] == "queue":
         return parts[0]
     return None
+
+
+def _envelope_problem(job: QueuedJob) -> str:
+    """What makes a decoded envelope unusable, or ''."""
+    if not 0 <= job.attempts <= MOST_ATTEMPTS:
+        return f"attempts is {job.attempts}, not a count from 0 to {MOST_ATTEMPTS:,}"
+    if not 1 <= job.max_attempts <= MOST_ATTEMPTS:
+        return f"max_attempts is {job.max_attempts}, not a count from 1 to {MOST_ATTEMPTS:,}"
+    for name in ("available_at", "dispatched_at"):
+        if not math.isfinite(getattr(job, name)):
+            return f"{name} is {getattr(job, name)}, not a time"
+    return ""
 
 
 def _is_fifo(url: str) -> bool:
@@ -585,7 +599,7 @@ class SqsQueue(BaseQueue):
         past its final attempt (failed)."""
         body = message.get("Body", "")
         try:
-            job = QueuedJob.decode(body, connection=self.connection, receipt=receipt)
+            job = self._read(body, receipt)
         except PayloadError as exc:
             self._discard(queue, body, receipt, exc)
             return None
@@ -600,6 +614,22 @@ class SqsQueue(BaseQueue):
         if job.attempts > job.max_attempts:
             self._fail_unfinished(job, received)
             return None
+        return job
+
+    def _read(self, body: str, receipt: _Receipt | None = None) -> QueuedJob:
+        """The job a message's body carries; :class:`PayloadError` saying why for
+        anything that is not one (any exception while decoding it: not JSON,
+        nested too deep to parse, missing fields, an attempt count that is
+        negative or absurd, a time that is not a number)."""
+        try:
+            job = QueuedJob.decode(body, connection=self.connection, receipt=receipt)
+        except PayloadError:
+            raise
+        except Exception as exc:  # RecursionError (deep nesting), OverflowError (1e400), ...
+            raise PayloadError(f"a queued job could not be read: {type(exc).__name__}: {exc}") from exc
+        problem = _envelope_problem(job)
+        if problem:
+            raise PayloadError(f"job {job.name!r} ({job.id}): {problem}")
         return job
 
     def _hop(self, job: QueuedJob, remaining: float) -> None:
@@ -619,7 +649,7 @@ class SqsQueue(BaseQueue):
         with self._lock:
             self._hopped.discard(receipt.message_id)
 
-    def _discard(self, queue: str, body: str, receipt: _Receipt, exc: PayloadError) -> None:
+    def _discard(self, queue: str, body: str, receipt: _Receipt, exc: Exception) -> None:
         info = ExceptionInfo.from_exception(exc)
         log.error(
             "discarded message %s from queue %r on connection %r into the failed store: %s",
@@ -794,6 +824,15 @@ class SqsQueue(BaseQueue):
             data = decode(body)
             data["error"]["traceback"] = data["error"].get("traceback", "")[-4000:]
             body = encode(data)
+            if len(body.encode()) > MAX_MESSAGE_BYTES and isinstance(data.get("raw"), str):
+                # An unreadable message near SQS's size limit, escaped: keep its beginning.
+                raw: str = data["raw"]
+                data["raw_length"] = len(raw)
+                keep = len(raw)
+                while keep and len(body.encode()) > MAX_MESSAGE_BYTES:
+                    keep = keep * 9 // 10
+                    data["raw"] = raw[:keep]
+                    body = encode(data)
         self.client.send_message(QueueUrl=self.failed_queue_url, MessageBody=body, **extra)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
@@ -859,12 +898,27 @@ class SqsQueue(BaseQueue):
 
     def _failed_entry(self, message: dict[str, Any]) -> FailedJob:
         body = message.get("Body", "")
-        attributes = message.get("Attributes", {})
-        sent = int(attributes.get("SentTimestamp", "0")) / 1000
+        sent = int(message.get("Attributes", {}).get("SentTimestamp", "0")) / 1000
         try:
-            data = decode(body)
-        except ValueError:
-            data = None
+            return self._read_failed_entry(message, body, sent)
+        except Exception as exc:  # noqa: BLE001 - whatever is there is listed, never a failed listing
+            info = ExceptionInfo.from_exception(
+                PayloadError(f"not a rainier_sync message ({type(exc).__name__}: {exc})"[:2000])
+            )
+            return FailedJob(
+                id=message["MessageId"],
+                name="(unreadable message)",
+                queue="",
+                connection=self.connection,
+                payload={"raw": body},
+                error=info.error,
+                exception=info,
+                failed_at=sent,
+            )
+
+    def _read_failed_entry(self, message: dict[str, Any], body: str, sent: float) -> FailedJob:
+        attributes = message.get("Attributes", {})
+        data = decode(body)
         if isinstance(data, dict) and data.get(_FAILED_MARK) and isinstance(data.get("job"), dict):
             job = QueuedJob.from_wire(data["job"], connection=self.connection)
             return FailedJob.of(job, ExceptionInfo.from_dict(data.get("error")), float(data.get("failed_at", sent)))
@@ -880,21 +934,9 @@ class SqsQueue(BaseQueue):
                 exception=info,
                 failed_at=float(data.get("failed_at", sent)),
             )
-        try:
-            # A job envelope SQS moved here itself (a RedrivePolicy on a job queue).
-            job = QueuedJob.from_wire(data, connection=self.connection)
-        except PayloadError:
-            info = ExceptionInfo(kind="rainier_sync.errors.PayloadError", message="not a rainier_sync message")
-            return FailedJob(
-                id=message["MessageId"],
-                name="(unreadable message)",
-                queue="",
-                connection=self.connection,
-                payload={"raw": body},
-                error=info.error,
-                exception=info,
-                failed_at=sent,
-            )
+        # A job envelope SQS moved here itself (a RedrivePolicy on a job queue);
+        # anything else raises, and is listed as unreadable.
+        job = self._read(body)
         received = attributes.get("ApproximateReceiveCount", "?")
         info = ExceptionInfo(
             kind="rainier_sync.errors.JobCrashedError",
@@ -1067,7 +1109,7 @@ class SqsQueue(BaseQueue):
         if earlier <= 0:
             return body
         try:
-            job = QueuedJob.decode(body, connection=self.connection)
+            job = self._read(body)
         except PayloadError:
             return body  # unreadable: the next receive discards it anyway
         job.attempts += earlier
