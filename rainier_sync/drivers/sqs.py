@@ -377,7 +377,7 @@ class SqsQueue(BaseQueue):
                         f"already sent: {', '.join(done) or 'none'}"
                     )
                     raise
-                done.extend(ok)
+                done.extend(job.id for job in ok)
                 failed.update(bad)
         if failed:
             raise SqsBatchError("SendMessageBatch", done, failed)
@@ -401,9 +401,13 @@ class SqsQueue(BaseQueue):
             batches.append(current)
         return batches
 
-    def _send_batch(self, url: str, batch: list[tuple[QueuedJob, dict[str, Any]]]) -> tuple[list[str], dict[str, str]]:
+    def _send_batch(
+        self, url: str, batch: Sequence[tuple[QueuedJob, dict[str, Any]]]
+    ) -> tuple[list[QueuedJob], dict[str, str]]:
+        """One ``SendMessageBatch`` (ten at most), its passing failures retried:
+        the jobs sent, and SQS's reason by job id for those that were not."""
         pending = {str(i): item for i, item in enumerate(batch)}
-        done: list[str] = []
+        done: list[QueuedJob] = []
         final: dict[str, str] = {}
 
         def attempt() -> None:
@@ -411,7 +415,7 @@ class SqsQueue(BaseQueue):
             response = self.client.send_message_batch(QueueUrl=url, Entries=entries)
             for ok in response.get("Successful", []):
                 job, _ = pending.pop(ok["Id"])
-                done.append(job.id)
+                done.append(job)
             retry: dict[str, str] = {}
             for bad in response.get("Failed", []):
                 reason = f"{bad.get('Code', 'Error')}: {bad.get('Message', '')}".rstrip(": ")
@@ -781,6 +785,67 @@ class SqsQueue(BaseQueue):
         self._on_receipt("release", job, "delete_message")
         self._settled([job])
 
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Hand back jobs that never started, or whose attempt a stopping worker
+        interrupted, available at once and without spending a try.
+
+        SQS counts every receive, so on a standard queue each job is sent again
+        carrying the attempts before this one, and only then is the received
+        message deleted: the next receive hands it out with the same
+        ``attempts``. A copy that went out is not sent again when the call is
+        repeated after a failed delete. A FIFO queue keeps the group's order
+        instead: the message is made visible again, and that receive counts.
+        """
+        standard: list[QueuedJob] = []
+        fifo: list[QueuedJob] = []
+        for job in jobs:
+            if not isinstance(job.receipt, _Receipt):
+                continue
+            if self._lapsed(job):
+                # Another receive may hold it now: a copy would run beside it.
+                log.warning(
+                    "job %s (%s) not handed back: its reservation lapsed, so SQS delivers it again and "
+                    "that receive counts as an attempt",
+                    job.id,
+                    job.name,
+                )
+                self._settled([job])
+                continue
+            (fifo if _is_fifo(job.receipt.url) else standard).append(job)
+        if standard:
+            self._copy_back(standard)
+        if fifo:
+            self._batch(
+                "change_message_visibility_batch",
+                fifo,
+                lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
+            )
+            self._settled(fifo)
+
+    def _copy_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Send each job again with the attempts before its receive, then delete
+        the received messages (copies first: a crash between the two leaves a
+        job twice, never nowhere)."""
+        now = _clock.now()
+        by_url: dict[str, list[tuple[QueuedJob, dict[str, Any]]]] = {}
+        for job in jobs:
+            receipt: _Receipt = job.receipt
+            if not self._was_copied(receipt):
+                copy = replace(job, receipt=None, attempts=max(0, job.attempts - 1))
+                by_url.setdefault(receipt.url, []).append((job, self._entry(copy, receipt.url, now)))
+        refused: dict[str, str] = {}
+        for url, items in by_url.items():
+            for batch in self._size_batches(items):
+                sent, bad = self._send_batch(url, batch)
+                for job in sent:
+                    self._mark_copied(job.receipt)
+                refused.update(bad)
+        if refused:
+            # Nothing is deleted until every copy is out; a repeat sends only the missing ones.
+            raise SqsBatchError("SendMessageBatch", [j.id for j in jobs if self._was_copied(j.receipt)], refused)
+        self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
+        self._settled(jobs)
+
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Send the job to the failed queue, then delete it from its own."""
         info = as_exception_info(error)
@@ -1082,38 +1147,35 @@ class SqsQueue(BaseQueue):
             waker.set()
 
     def _let_go(self, items: Sequence[tuple[str, dict[str, Any], _Receipt]]) -> None:
-        """Hand back messages received but never run. On a standard queue each is
-        sent again and the held one deleted, so the receive it cost is not
-        counted as an attempt; a FIFO queue keeps its order instead (visibility 0)."""
-        fifo = [(q, r) for q, _, r in items if _is_fifo(r.url)]
-        self._forget_receipts([r for _, _, r in items])
+        """Hand back messages received but never handed out, as :meth:`give_back`
+        does: the receives before this one were attempts (a run, or a worker that
+        died) and stay counted; this one is not."""
+        jobs: list[QueuedJob] = []
+        unreadable: list[QueuedJob] = []
+        for queue, message, receipt in items:
+            received = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+            try:
+                job = self._read(message.get("Body", ""), receipt)
+            except PayloadError:
+                # The next receive discards it.
+                unreadable.append(
+                    QueuedJob(id=receipt.message_id, name="(held)", queue=queue, payload={}, receipt=receipt)
+                )
+                continue
+            job.attempts += max(1, received)
+            jobs.append(job)
         try:
-            for _, message, receipt in items:
-                if not _is_fifo(receipt.url):
-                    self.client.send_message(QueueUrl=receipt.url, MessageBody=self._handed_back_body(message))
-                    self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
-            self._batch(
-                "change_message_visibility_batch",
-                [QueuedJob(id=r.message_id, name="(held)", queue=q, payload={}, receipt=r) for q, r in fifo],
-                lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
-            )
+            self.give_back(jobs)
+            if unreadable:
+                self._batch(
+                    "change_message_visibility_batch",
+                    unreadable,
+                    lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
+                )
+                self._settled(unreadable)
         except Exception as exc:  # noqa: BLE001 - they become visible when their timeout lapses anyway
+            self._forget_receipts([receipt for _, _, receipt in items])
             log.warning("could not hand back %d held message(s): %s", len(items), exc)
-
-    def _handed_back_body(self, message: dict[str, Any]) -> str:
-        """The body to re-send for a held message: the receives before the
-        held one were attempts (a run, or a worker that died), so they move
-        into the body's count instead of vanishing with the old message."""
-        body: str = message.get("Body", "")
-        earlier = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")) - 1
-        if earlier <= 0:
-            return body
-        try:
-            job = self._read(body)
-        except PayloadError:
-            return body  # unreadable: the next receive discards it anyway
-        job.attempts += earlier
-        return job.encode()
 
     def close(self) -> None:
         """Hand back messages a long poll brought in that no worker took, and
