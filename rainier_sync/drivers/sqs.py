@@ -9,6 +9,7 @@ a queue of their own, ``failed_queue_url``, which this driver manages.
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import importlib
 import logging
@@ -17,21 +18,32 @@ import threading
 import uuid
 import weakref
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar, cast
 from urllib.parse import urlsplit
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from .. import _clock, signals
-from ..errors import ConfigurationError, DriverUnavailableError, JobCrashedError, PayloadError, RainierError
+from ..errors import (
+    ConfigurationError,
+    DriverUnavailableError,
+    JobCrashedError,
+    PayloadError,
+    QueueUnavailableError,
+    RainierError,
+)
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, QueueDriver, Waker, as_job_list
 
 boto3: Any
 _BotoConfig: Any
+#: botocore's errors for a server it could not reach: refused, timed out, cut off.
+_UNREACHABLE: tuple[type[Exception], ...] = ()
 try:
     boto3 = importlib.import_module("boto3")
     _BotoConfig = importlib.import_module("botocore.config").Config
+    _botocore_errors = importlib.import_module("botocore.exceptions")
+    _UNREACHABLE = (_botocore_errors.ConnectionError, _botocore_errors.HTTPClientError)
 except ImportError:  # pragma: no cover - exercised only without the extra
     boto3 = None
     _BotoConfig = None
@@ -39,7 +51,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 if TYPE_CHECKING:
     from ..manager import QueueManager
 
-__all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError"]
+__all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError", "SqsUnavailableError"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -54,12 +66,19 @@ MOST_ATTEMPTS = 1_000_000
 #: Failed-store entries one listing looks at, at most.
 SCAN_LIMIT = 1_000
 _BATCH = 10
+#: Tries of one call (the first and two retries) before it raises.
+_TRIES = 3
 _FAILED_MARK = "rainier_failed"
 _SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp"]
 
 
 class UnknownQueueError(RainierError, LookupError):
     """A queue name with no SQS URL on this connection."""
+
+
+class SqsUnavailableError(QueueUnavailableError):
+    """SQS could not be reached (connection refused or cut, no answer in time)
+    through every try of one call; names the connection and endpoint."""
 
 
 class SqsBatchError(RainierError):
@@ -85,6 +104,25 @@ class _RetryableEntries(Exception):
     def __init__(self, failed: dict[str, str]) -> None:
         super().__init__(failed)
         self.failed = failed
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _reaching(action: str) -> Callable[[_Method], _Method]:
+    """Raise :class:`SqsUnavailableError` for a server the call could not reach."""
+
+    def decorate(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def call(self: SqsQueue, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except _UNREACHABLE as exc:
+                raise self._unreachable(action, exc) from exc
+
+        return cast(_Method, call)
+
+    return decorate
 
 
 @dataclass(slots=True, frozen=True)
@@ -191,6 +229,9 @@ class SqsQueue(BaseQueue):
     - ``visibility_timeout``: the reservation, in seconds (default 30).
     - ``wait_time``: long polling while the worker is idle, 0 to 20 seconds
       (default 20; 0 turns it off).
+    - ``timeout``: seconds a call waits to connect, and again for the answer
+      (a long poll: ``wait_time`` more), default 5; a call tries three times,
+      then raises :class:`SqsUnavailableError`.
     - ``client``: a boto3 SQS client to use instead of building one.
     """
 
@@ -208,6 +249,7 @@ class SqsQueue(BaseQueue):
         key: str | None = None,
         secret: str | None = None,
         failed_queue_url: str | None = None,
+        timeout: float | None = None,
         client: Any = None,
     ) -> None:
         if boto3 is None and client is None:
@@ -249,20 +291,24 @@ class SqsQueue(BaseQueue):
             math.ceil(_number("visibility_timeout", 30 if visibility_timeout is None else visibility_timeout, 1, 43200))
         )
         self.wait_time: int = int(_number("wait_time", 20 if wait_time is None else wait_time, 0, 20))
+        self.timeout: float = _number("timeout", 5 if timeout is None else timeout, 0.1, 300)
         if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))):
             raise ConfigurationError(f"SqsQueue endpoint must be an http(s) URL, got {endpoint!r}")
         self.queue_urls: dict[str, str] = urls
         self.failed_queue_url: str = failed_queue_url
         self.endpoint = endpoint
         if client is not None:
-            if key is not None or endpoint is not None or region is not None:
-                raise ConfigurationError("SqsQueue takes either client, or region/endpoint/key/secret to build one")
+            if key is not None or endpoint is not None or region is not None or timeout is not None:
+                raise ConfigurationError(
+                    "SqsQueue takes either client, or region/endpoint/key/secret/timeout to build one"
+                )
             self.client = client
+            self._poll_client = client
             self._owns_client = False
             self.region: str | None = getattr(getattr(client, "meta", None), "region_name", None)
         else:
             self.region = region or _region_of(queue_url)
-            self.client = self._build_client(key, secret)
+            self.client, self._poll_client = self._build_clients(key, secret)
             self._owns_client = True
         self._attributes_param = _attributes_param(self.client)
         self._lock = threading.Lock()
@@ -284,7 +330,10 @@ class SqsQueue(BaseQueue):
         self._manager: QueueManager | None = None
         _OPEN.add(self)
 
-    def _build_client(self, key: str | None, secret: str | None) -> Any:
+    def _build_clients(self, key: str | None, secret: str | None) -> tuple[Any, Any]:
+        """A client for every call, and one for long polls, whose answer takes
+        up to ``wait_time`` longer (a frozen endpoint must not hold a dispatch
+        that long)."""
         assert boto3 is not None and _BotoConfig is not None
         session = boto3.session.Session(aws_access_key_id=key, aws_secret_access_key=secret, region_name=self.region)
         if session.region_name is None:
@@ -293,20 +342,36 @@ class SqsQueue(BaseQueue):
                 "it could not be read from queue_url"
             )
         self.region = session.region_name
-        config = _BotoConfig(
-            retries={"max_attempts": 3, "mode": "standard"},
-            connect_timeout=5,
-            # A long poll holds the response for up to wait_time seconds.
-            read_timeout=self.wait_time + 15,
-            max_pool_connections=20,
+        retries = {"total_max_attempts": _TRIES, "mode": "standard"}
+        calls = _BotoConfig(
+            retries=retries, connect_timeout=self.timeout, read_timeout=self.timeout, max_pool_connections=20
         )
-        return session.client("sqs", endpoint_url=self.endpoint, config=config)
+        polls = _BotoConfig(
+            retries=retries,
+            connect_timeout=self.timeout,
+            read_timeout=self.wait_time + self.timeout,
+            max_pool_connections=max(10, len(self.queue_urls)),
+        )
+        return (
+            session.client("sqs", endpoint_url=self.endpoint, config=calls),
+            session.client("sqs", endpoint_url=self.endpoint, config=polls),
+        )
 
     def bind(self, manager: QueueManager, connection: str) -> None:
         super().bind(manager, connection)
         self._manager = manager
 
     # -- helpers ----------------------------------------------------------------------
+    def _unreachable(self, action: str, exc: Exception) -> SqsUnavailableError:
+        where = self.endpoint or getattr(getattr(self.client, "meta", None), "endpoint_url", None) or "SQS"
+        error = SqsUnavailableError(
+            f"SQS connection {self.connection!r} could not reach {where} to {action} "
+            f"({_TRIES} tries, {self.timeout:g} s each to connect and to answer): {exc}"
+        )
+        for note in getattr(exc, "__notes__", ()):
+            error.add_note(note)
+        return error
+
     def url_of(self, queue: str) -> str:
         """The SQS URL of ``queue``; :class:`UnknownQueueError` when it has none."""
         url = self.queue_urls.get(queue)
@@ -347,6 +412,7 @@ class SqsQueue(BaseQueue):
         return entry
 
     # -- producing ----------------------------------------------------------------------
+    @_reaching("dispatch a job")
     def push(self, job: QueuedJob) -> str:
         url = self.url_of(job.queue)
         entry = self._entry(job, url, _clock.now())
@@ -357,6 +423,7 @@ class SqsQueue(BaseQueue):
             raise
         return job.id
 
+    @_reaching("dispatch jobs")
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         """``SendMessageBatch``, ten per call; entries SQS refuses for a passing
         reason are retried, and any still refused raise :class:`SqsBatchError`."""
@@ -443,7 +510,7 @@ class SqsQueue(BaseQueue):
     # -- consuming ------------------------------------------------------------------------
     def _receive(self, queue: str, url: str, count: int, wait: int = 0) -> list[tuple[str, dict[str, Any], _Receipt]]:
         start = _clock.monotonic()
-        response = self.client.receive_message(
+        response = (self._poll_client if wait else self.client).receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=count,
             VisibilityTimeout=int(self.reservation),
@@ -480,6 +547,7 @@ class SqsQueue(BaseQueue):
             for receipt in receipts:
                 self._deadlines.pop(receipt.handle, None)
 
+    @_reaching("receive jobs")
     def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
         """``ReceiveMessage`` (up to ten per call), trying ``queues`` in order; a
         queue is left for the next only when it answered with nothing."""
@@ -717,10 +785,12 @@ class SqsQueue(BaseQueue):
                 exc,
             )
 
+    @_reaching("delete a finished job")
     def acknowledge(self, job: QueuedJob) -> None:
         self._on_receipt("acknowledge", job, "delete_message")
         self._settled([job])
 
+    @_reaching("delete finished jobs")
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
         """``DeleteMessageBatch``, ten per call."""
         self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
@@ -755,6 +825,7 @@ class SqsQueue(BaseQueue):
             raise SqsBatchError(method, done, problems)
         return through
 
+    @_reaching("release a job")
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         """``ChangeMessageVisibility`` to the delay (0: at once); a delay past 15
         minutes re-sends the job with it instead."""
@@ -785,6 +856,7 @@ class SqsQueue(BaseQueue):
         self._on_receipt("release", job, "delete_message")
         self._settled([job])
 
+    @_reaching("hand jobs back")
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
         """Hand back jobs that never started, or whose attempt a stopping worker
         interrupted, available at once and without spending a try.
@@ -846,6 +918,7 @@ class SqsQueue(BaseQueue):
         self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
         self._settled(jobs)
 
+    @_reaching("fail a job")
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Send the job to the failed queue, then delete it from its own."""
         info = as_exception_info(error)
@@ -900,6 +973,7 @@ class SqsQueue(BaseQueue):
                     body = encode(data)
         self.client.send_message(QueueUrl=self.failed_queue_url, MessageBody=body, **extra)
 
+    @_reaching("renew reservations")
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """``ChangeMessageVisibilityBatch`` for running jobs (and messages a long
         poll brought in that no thread has taken yet)."""
@@ -1024,6 +1098,7 @@ class SqsQueue(BaseQueue):
                 Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
             )
 
+    @_reaching("list failed jobs")
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         """The newest failed jobs among the first :data:`SCAN_LIMIT` entries of
         the failed queue (each listing receives them all, then lets them go)."""
@@ -1032,11 +1107,13 @@ class SqsQueue(BaseQueue):
         entries = sorted((failed for failed, _ in found), key=lambda f: f.failed_at, reverse=True)
         return entries[:limit]
 
+    @_reaching("count failed jobs")
     def failed_count(self) -> int:
         """The failed queue's approximate depth."""
         counts = self._attributes(self.failed_queue_url)
         return counts["ApproximateNumberOfMessages"] + counts["ApproximateNumberOfMessagesNotVisible"]
 
+    @_reaching("retry a failed job")
     def retry_failed(self, id: str) -> bool:
         """Queue a failed job again with fresh attempts (and remove it from the failed queue)."""
         found = self._scan_failed()
@@ -1059,6 +1136,7 @@ class SqsQueue(BaseQueue):
         finally:
             self._unhide(others)
 
+    @_reaching("forget a failed job")
     def forget_failed(self, id: str) -> bool:
         found = self._scan_failed()
         matches = [handle for failed, handle in found if failed.id == id]
@@ -1078,6 +1156,7 @@ class SqsQueue(BaseQueue):
         attributes = response.get("Attributes", {})
         return {name: int(attributes.get(name, 0)) for name in names}
 
+    @_reaching("count jobs")
     def counts(self, queue: str) -> QueueCounts:
         """From the queue's approximate attributes: ``reserved`` also holds jobs
         released with a backoff (SQS cannot tell the two apart)."""
@@ -1088,6 +1167,7 @@ class SqsQueue(BaseQueue):
             reserved=counts["ApproximateNumberOfMessagesNotVisible"],
         )
 
+    @_reaching("count jobs")
     def size(self, queue: str | None = None) -> int:
         """Jobs on ``queue`` (every queue when None): ready, delayed and reserved; approximate."""
         names = sorted(self.queue_urls) if queue is None else [queue]
@@ -1097,6 +1177,7 @@ class SqsQueue(BaseQueue):
         return sorted(self.queue_urls)
 
     # -- waiting ------------------------------------------------------------------------------------
+    @_reaching("wait for jobs")
     def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
         """Long-poll each queue (``wait_time``) in the background, returning when
         one answers, ``waker`` is set, or ``timeout`` passes. A poll outlives an
@@ -1197,6 +1278,7 @@ class SqsQueue(BaseQueue):
                 thread.join(max(0.0, deadline - _clock.monotonic()))  # each hands back what it got
         if self._owns_client:
             self.client.close()
+            self._poll_client.close()
 
     def describe(self) -> str:
         return f"sqs {self.queue_urls['default']}"
