@@ -4,14 +4,18 @@ with its reason, and the rest of its batch is handed out."""
 from __future__ import annotations
 
 import json
-from typing import Any
+import time
+from typing import Any, Callable
 
 import pytest
 
-from rainier_sync import QueuedJob, signals
+from rainier_sync import QueuedJob, QueueManager, Worker, WorkerOptions, signals
 from rainier_sync.drivers.sqs import SqsQueue
+from tests.support import wait_until
 
+from . import jobs
 from .conftest import Queues
+from .jobs import Note
 from .test_driver import job
 
 pytestmark = pytest.mark.sqs
@@ -126,3 +130,64 @@ def test_an_unreadable_message_too_big_to_store_whole_keeps_its_beginning(queues
     (failed,) = q.failed_jobs()
     assert failed.name == "(unreadable message)" and body.startswith(failed.payload["raw"])
     assert len(failed.payload["raw"]) > 300_000
+
+
+def test_bad_messages_on_every_queue_fail_alone_with_their_reasons_and_every_good_job_runs(
+    queues: Queues, manager_for: Callable[..., QueueManager]
+) -> None:
+    visibility = 30
+    names = ("high", "default", "low")
+    q = queues.driver(queues=("high", "low"), visibility_timeout=visibility)
+    manager = manager_for(q)
+    reasons = {
+        "not JSON": "not valid JSON",
+        "unknown NAME": "UnknownJobError",
+        "deep": "RecursionError",
+        "missing fields": "no 'payload' field",
+        "negative attempts": "attempts is -5",
+    }
+    sent: dict[str, list[str]] = {what: [] for what in reasons}
+    for queue in names:
+        bodies = {
+            "not JSON": "{'this': is not json " + queue,
+            "unknown NAME": envelope(name="tests.sqs.nobody", queue=queue),
+            "deep": DEEP,
+            "missing fields": json.dumps({"id": f"m-{queue}", "name": "tests.sqs.note", "queue": queue}),
+            "negative attempts": envelope(attempts=-5, queue=queue),
+        }
+        for what, body in bodies.items():
+            q.client.send_message(QueueUrl=q.url_of(queue), MessageBody=body)
+            sent[what].append(body)
+        for i in range(3):
+            manager.dispatch_on(queue, Note(tag=f"{queue}{i}"))
+    start = time.monotonic()
+    worker = Worker(manager, options=WorkerOptions(queues=list(names), concurrency=2, sleep=0.2))
+    worker.start()
+    try:
+        # Well inside one visibility timeout: nothing is left to reappear.
+        wait_until(
+            lambda: len(ran_tags()) == 9 and q.failed_count() == 15,
+            timeout=visibility - 5,
+            interval=0.2,
+            message="every good job run and every bad one failed",
+        )
+    finally:
+        worker.stop()
+        worker.join(timeout=10)
+    assert time.monotonic() - start < visibility
+    assert sorted(ran_tags()) == sorted(f"{queue}{i}" for queue in names for i in range(3))
+    failed = q.failed_jobs(50)
+    assert len(failed) == 15
+    for what, reason in reasons.items():
+        if what == "unknown NAME":
+            found = [f for f in failed if f.name == "tests.sqs.nobody"]
+        else:
+            found = [f for f in failed if f.payload.get("raw") in sent[what]]
+        assert len(found) == 3, (what, [f.error for f in found])
+        assert all(reason in f.error for f in found), (what, [f.error for f in found])
+    assert all(q.counts(queue).total == 0 for queue in names)
+
+
+def ran_tags() -> list[str]:
+    with jobs.lock:
+        return [tag for tag, _ in jobs.runs]
