@@ -18,7 +18,7 @@ import threading
 import uuid
 import weakref
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar, cast
+from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
 from urllib.parse import urlsplit
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -27,7 +27,6 @@ from .. import _clock, signals
 from ..errors import (
     ConfigurationError,
     DriverUnavailableError,
-    JobCrashedError,
     PayloadError,
     QueueUnavailableError,
     RainierError,
@@ -48,9 +47,6 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     boto3 = None
     _BotoConfig = None
 
-if TYPE_CHECKING:
-    from ..manager import QueueManager
-
 __all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError", "SqsUnavailableError"]
 
 log = logging.getLogger("rainier_sync")
@@ -61,8 +57,6 @@ MAX_DELAY = 900
 MAX_MESSAGE_BYTES = 1_048_576
 #: ChangeMessageVisibility stays below SQS's 12-hour ceiling.
 MAX_VISIBILITY = 43_000
-#: Attempt counts past this in a message are read as damage, not as a count.
-MOST_ATTEMPTS = 1_000_000
 #: Failed-store entries one listing looks at, at most.
 SCAN_LIMIT = 1_000
 _BATCH = 10
@@ -161,18 +155,6 @@ def _region_of(url: str) -> str | None:
     if len(parts) > 3 and parts[1] == "queue":
         return parts[0]
     return None
-
-
-def _envelope_problem(job: QueuedJob) -> str:
-    """What makes a decoded envelope unusable, or ''."""
-    if not 0 <= job.attempts <= MOST_ATTEMPTS:
-        return f"attempts is {job.attempts}, not a count from 0 to {MOST_ATTEMPTS:,}"
-    if not 1 <= job.max_attempts <= MOST_ATTEMPTS:
-        return f"max_attempts is {job.max_attempts}, not a count from 1 to {MOST_ATTEMPTS:,}"
-    for name in ("available_at", "dispatched_at"):
-        if not math.isfinite(getattr(job, name)):
-            return f"{name} is {getattr(job, name)}, not a time"
-    return ""
 
 
 def _is_fifo(url: str) -> bool:
@@ -327,7 +309,6 @@ class SqsQueue(BaseQueue):
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
         self._closed = False
-        self._manager: QueueManager | None = None
         _OPEN.add(self)
 
     def _build_clients(self, key: str | None, secret: str | None) -> tuple[Any, Any]:
@@ -356,10 +337,6 @@ class SqsQueue(BaseQueue):
             session.client("sqs", endpoint_url=self.endpoint, config=calls),
             session.client("sqs", endpoint_url=self.endpoint, config=polls),
         )
-
-    def bind(self, manager: QueueManager, connection: str) -> None:
-        super().bind(manager, connection)
-        self._manager = manager
 
     # -- helpers ----------------------------------------------------------------------
     def _unreachable(self, action: str, exc: Exception) -> SqsUnavailableError:
@@ -667,8 +644,7 @@ class SqsQueue(BaseQueue):
 
     def _accept(self, queue: str, message: dict[str, Any], receipt: _Receipt) -> QueuedJob | None:
         """The job a received message carries, or None when it was handled here:
-        unreadable (discarded to the failed store), not due yet (hopped), or
-        past its final attempt (failed)."""
+        unreadable (discarded to the failed store) or not due yet (hopped)."""
         body = message.get("Body", "")
         try:
             job = self._read(body, receipt)
@@ -681,11 +657,9 @@ class SqsQueue(BaseQueue):
             return None
         received = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         # The body counts attempts made before this message was sent; SQS counts
-        # the receives since, including those whose worker died mid-attempt.
+        # the receives since, including those whose worker died mid-attempt. A job
+        # past its last attempt is handed out too: the executor fails it as lost.
         job.attempts += max(1, received)
-        if job.attempts > job.max_attempts:
-            self._fail_unfinished(job, received)
-            return None
         return job
 
     def _read(self, body: str, receipt: _Receipt | None = None) -> QueuedJob:
@@ -697,11 +671,8 @@ class SqsQueue(BaseQueue):
             job = QueuedJob.decode(body, connection=self.connection, receipt=receipt)
         except PayloadError:
             raise
-        except Exception as exc:  # RecursionError (deep nesting), OverflowError (1e400), ...
+        except Exception as exc:  # whatever else decoding one message raises costs only that message
             raise PayloadError(f"a queued job could not be read: {type(exc).__name__}: {exc}") from exc
-        problem = _envelope_problem(job)
-        if problem:
-            raise PayloadError(f"job {job.name!r} ({job.id}): {problem}")
         return job
 
     def _hop(self, job: QueuedJob, remaining: float) -> None:
@@ -741,29 +712,6 @@ class SqsQueue(BaseQueue):
         self._send_failed(encode(entry))
         self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
         self.announce_discarded(info, body)
-
-    def _fail_unfinished(self, job: QueuedJob, received: int) -> None:
-        """A job received again after its final attempt: that attempt never
-        finished (its worker died, or its reservation lapsed), so it fails here."""
-        last = job.max_attempts
-        error = JobCrashedError(
-            f"attempt {last} of {last} never finished: its worker died or its reservation lapsed "
-            f"(SQS has delivered this message {received} time(s))"
-        )
-        info = ExceptionInfo.from_exception(error)
-        job.attempts = last
-        self.fail(job, info)
-        log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, last, info.error)
-        if self._manager is not None and self._manager.locks is not None and job.unique_key and job.unique_owner:
-            try:
-                self._manager.locks.release(job.unique_key, job.unique_owner)
-            except Exception as exc:  # noqa: BLE001 - the lock's own expiry is the net
-                log.warning("could not release unique lock %s: %s", job.unique_key, exc)
-        for signal, extra in (
-            (signals.job_attempt_failed, {"attempt": last, "final_attempt": True}),
-            (signals.job_failed, {}),
-        ):
-            signals.emit(signal, self, job=job, connection=self.connection, error=info.error, exception=info, **extra)
 
     def _on_receipt(self, operation: str, job: QueuedJob, method: str, **params: Any) -> None:
         """Call ``method`` with ``job``'s receipt; a receipt that no longer holds

@@ -51,13 +51,13 @@ def test_a_message_nested_100000_deep_is_failed_alone_and_deleted(queues: Queues
     deep_job = '{"id":"deep","name":"tests.sqs.note","queue":"default","payload":{"a":' + DEEP + "}}"
     taken, announced = discarded_while(q, [DEEP, deep_job])
     assert sorted(len(a["raw"]) for a in announced) == sorted([len(DEEP), len(deep_job)])
-    assert all("RecursionError" in a["error"] for a in announced), [a["error"] for a in announced]
+    assert all("nested too deeply" in a["error"] for a in announced), [a["error"] for a in announced]
     q.acknowledge_many(taken)
     # Deleted from its queue, not left to reappear every visibility timeout.
     assert q.counts("default").total == 0
     failed = q.failed_jobs()
     assert sorted(len(f.payload["raw"]) for f in failed) == sorted([len(DEEP), len(deep_job)])
-    assert all(f.name == "(unreadable message)" and "RecursionError" in f.error for f in failed)
+    assert all(f.name == "(unreadable message)" and "nested too deeply" in f.error for f in failed)
     q.close()
 
 
@@ -110,6 +110,27 @@ def test_any_failure_to_read_a_message_fails_it_alone(queues: Queues, body: str)
     q.close()
 
 
+def test_an_unexpected_exception_while_reading_fails_only_that_message(
+    queues: Queues, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = QueuedJob.decode.__func__  # type: ignore[attr-defined]
+
+    def decode(cls: type[QueuedJob], text: str, **kwargs: Any) -> QueuedJob:
+        if "surprise" in text:
+            raise LookupError("a decoder bug")
+        return real(cls, text, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(QueuedJob, "decode", classmethod(decode))
+    q = queues.driver(visibility_timeout=30)
+    body = envelope(payload={"surprise": True})
+    taken, announced = discarded_while(q, [body], good=2)
+    assert [a["raw"] for a in announced] == [body]
+    assert "LookupError: a decoder bug" in announced[0]["error"]
+    q.acknowledge_many(taken)
+    assert q.counts("default").total == 0
+    q.close()
+
+
 def test_a_deep_message_sqs_moved_to_the_failed_queue_is_listed(queues: Queues) -> None:
     # A RedrivePolicy may put anything in the failed queue: listing it must not fail.
     q = queues.driver(visibility_timeout=30)
@@ -142,9 +163,9 @@ def test_bad_messages_on_every_queue_fail_alone_with_their_reasons_and_every_goo
     reasons = {
         "not JSON": "not valid JSON",
         "unknown NAME": "UnknownJobError",
-        "deep": "RecursionError",
+        "deep": "nested too deeply",
         "missing fields": "no 'payload' field",
-        "negative attempts": "attempts is -5",
+        "negative attempts": "attempts -5",
     }
     sent: dict[str, list[str]] = {what: [] for what in reasons}
     for queue in names:
