@@ -9,6 +9,7 @@ a queue of their own, ``failed_queue_url``, which this driver manages.
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import importlib
 import logging
@@ -17,29 +18,36 @@ import threading
 import uuid
 import weakref
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
 from urllib.parse import urlsplit
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from .. import _clock, signals
-from ..errors import ConfigurationError, DriverUnavailableError, JobCrashedError, PayloadError, RainierError
+from ..errors import (
+    ConfigurationError,
+    DriverUnavailableError,
+    PayloadError,
+    QueueUnavailableError,
+    RainierError,
+)
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, QueueDriver, Waker, as_job_list
 
 boto3: Any
 _BotoConfig: Any
+#: botocore's errors for a server it could not reach: refused, timed out, cut off.
+_UNREACHABLE: tuple[type[Exception], ...] = ()
 try:
     boto3 = importlib.import_module("boto3")
     _BotoConfig = importlib.import_module("botocore.config").Config
+    _botocore_errors = importlib.import_module("botocore.exceptions")
+    _UNREACHABLE = (_botocore_errors.ConnectionError, _botocore_errors.HTTPClientError)
 except ImportError:  # pragma: no cover - exercised only without the extra
     boto3 = None
     _BotoConfig = None
 
-if TYPE_CHECKING:
-    from ..manager import QueueManager
-
-__all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError"]
+__all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError", "SqsUnavailableError"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -52,12 +60,19 @@ MAX_VISIBILITY = 43_000
 #: Failed-store entries one listing looks at, at most.
 SCAN_LIMIT = 1_000
 _BATCH = 10
+#: Tries of one call (the first and two retries) before it raises.
+_TRIES = 3
 _FAILED_MARK = "rainier_failed"
 _SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp"]
 
 
 class UnknownQueueError(RainierError, LookupError):
     """A queue name with no SQS URL on this connection."""
+
+
+class SqsUnavailableError(QueueUnavailableError):
+    """SQS could not be reached (connection refused or cut, no answer in time)
+    through every try of one call; names the connection and endpoint."""
 
 
 class SqsBatchError(RainierError):
@@ -83,6 +98,25 @@ class _RetryableEntries(Exception):
     def __init__(self, failed: dict[str, str]) -> None:
         super().__init__(failed)
         self.failed = failed
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _reaching(action: str) -> Callable[[_Method], _Method]:
+    """Raise :class:`SqsUnavailableError` for a server the call could not reach."""
+
+    def decorate(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def call(self: SqsQueue, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except _UNREACHABLE as exc:
+                raise self._unreachable(action, exc) from exc
+
+        return cast(_Method, call)
+
+    return decorate
 
 
 @dataclass(slots=True, frozen=True)
@@ -177,6 +211,9 @@ class SqsQueue(BaseQueue):
     - ``visibility_timeout``: the reservation, in seconds (default 30).
     - ``wait_time``: long polling while the worker is idle, 0 to 20 seconds
       (default 20; 0 turns it off).
+    - ``timeout``: seconds a call waits to connect, and again for the answer
+      (a long poll: ``wait_time`` more), default 5; a call tries three times,
+      then raises :class:`SqsUnavailableError`.
     - ``client``: a boto3 SQS client to use instead of building one.
     """
 
@@ -194,6 +231,7 @@ class SqsQueue(BaseQueue):
         key: str | None = None,
         secret: str | None = None,
         failed_queue_url: str | None = None,
+        timeout: float | None = None,
         client: Any = None,
     ) -> None:
         if boto3 is None and client is None:
@@ -235,20 +273,24 @@ class SqsQueue(BaseQueue):
             math.ceil(_number("visibility_timeout", 30 if visibility_timeout is None else visibility_timeout, 1, 43200))
         )
         self.wait_time: int = int(_number("wait_time", 20 if wait_time is None else wait_time, 0, 20))
+        self.timeout: float = _number("timeout", 5 if timeout is None else timeout, 0.1, 300)
         if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))):
             raise ConfigurationError(f"SqsQueue endpoint must be an http(s) URL, got {endpoint!r}")
         self.queue_urls: dict[str, str] = urls
         self.failed_queue_url: str = failed_queue_url
         self.endpoint = endpoint
         if client is not None:
-            if key is not None or endpoint is not None or region is not None:
-                raise ConfigurationError("SqsQueue takes either client, or region/endpoint/key/secret to build one")
+            if key is not None or endpoint is not None or region is not None or timeout is not None:
+                raise ConfigurationError(
+                    "SqsQueue takes either client, or region/endpoint/key/secret/timeout to build one"
+                )
             self.client = client
+            self._poll_client = client
             self._owns_client = False
             self.region: str | None = getattr(getattr(client, "meta", None), "region_name", None)
         else:
             self.region = region or _region_of(queue_url)
-            self.client = self._build_client(key, secret)
+            self.client, self._poll_client = self._build_clients(key, secret)
             self._owns_client = True
         self._attributes_param = _attributes_param(self.client)
         self._lock = threading.Lock()
@@ -267,10 +309,12 @@ class SqsQueue(BaseQueue):
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
         self._closed = False
-        self._manager: QueueManager | None = None
         _OPEN.add(self)
 
-    def _build_client(self, key: str | None, secret: str | None) -> Any:
+    def _build_clients(self, key: str | None, secret: str | None) -> tuple[Any, Any]:
+        """A client for every call, and one for long polls, whose answer takes
+        up to ``wait_time`` longer (a frozen endpoint must not hold a dispatch
+        that long)."""
         assert boto3 is not None and _BotoConfig is not None
         session = boto3.session.Session(aws_access_key_id=key, aws_secret_access_key=secret, region_name=self.region)
         if session.region_name is None:
@@ -279,20 +323,32 @@ class SqsQueue(BaseQueue):
                 "it could not be read from queue_url"
             )
         self.region = session.region_name
-        config = _BotoConfig(
-            retries={"max_attempts": 3, "mode": "standard"},
-            connect_timeout=5,
-            # A long poll holds the response for up to wait_time seconds.
-            read_timeout=self.wait_time + 15,
-            max_pool_connections=20,
+        retries = {"total_max_attempts": _TRIES, "mode": "standard"}
+        calls = _BotoConfig(
+            retries=retries, connect_timeout=self.timeout, read_timeout=self.timeout, max_pool_connections=20
         )
-        return session.client("sqs", endpoint_url=self.endpoint, config=config)
-
-    def bind(self, manager: QueueManager, connection: str) -> None:
-        super().bind(manager, connection)
-        self._manager = manager
+        polls = _BotoConfig(
+            retries=retries,
+            connect_timeout=self.timeout,
+            read_timeout=self.wait_time + self.timeout,
+            max_pool_connections=max(10, len(self.queue_urls)),
+        )
+        return (
+            session.client("sqs", endpoint_url=self.endpoint, config=calls),
+            session.client("sqs", endpoint_url=self.endpoint, config=polls),
+        )
 
     # -- helpers ----------------------------------------------------------------------
+    def _unreachable(self, action: str, exc: Exception) -> SqsUnavailableError:
+        where = self.endpoint or getattr(getattr(self.client, "meta", None), "endpoint_url", None) or "SQS"
+        error = SqsUnavailableError(
+            f"SQS connection {self.connection!r} could not reach {where} to {action} "
+            f"({_TRIES} tries, {self.timeout:g} s each to connect and to answer): {exc}"
+        )
+        for note in getattr(exc, "__notes__", ()):
+            error.add_note(note)
+        return error
+
     def url_of(self, queue: str) -> str:
         """The SQS URL of ``queue``; :class:`UnknownQueueError` when it has none."""
         url = self.queue_urls.get(queue)
@@ -333,6 +389,7 @@ class SqsQueue(BaseQueue):
         return entry
 
     # -- producing ----------------------------------------------------------------------
+    @_reaching("dispatch a job")
     def push(self, job: QueuedJob) -> str:
         url = self.url_of(job.queue)
         entry = self._entry(job, url, _clock.now())
@@ -343,6 +400,7 @@ class SqsQueue(BaseQueue):
             raise
         return job.id
 
+    @_reaching("dispatch jobs")
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         """``SendMessageBatch``, ten per call; entries SQS refuses for a passing
         reason are retried, and any still refused raise :class:`SqsBatchError`."""
@@ -363,7 +421,7 @@ class SqsQueue(BaseQueue):
                         f"already sent: {', '.join(done) or 'none'}"
                     )
                     raise
-                done.extend(ok)
+                done.extend(job.id for job in ok)
                 failed.update(bad)
         if failed:
             raise SqsBatchError("SendMessageBatch", done, failed)
@@ -387,9 +445,13 @@ class SqsQueue(BaseQueue):
             batches.append(current)
         return batches
 
-    def _send_batch(self, url: str, batch: list[tuple[QueuedJob, dict[str, Any]]]) -> tuple[list[str], dict[str, str]]:
+    def _send_batch(
+        self, url: str, batch: Sequence[tuple[QueuedJob, dict[str, Any]]]
+    ) -> tuple[list[QueuedJob], dict[str, str]]:
+        """One ``SendMessageBatch`` (ten at most), its passing failures retried:
+        the jobs sent, and SQS's reason by job id for those that were not."""
         pending = {str(i): item for i, item in enumerate(batch)}
-        done: list[str] = []
+        done: list[QueuedJob] = []
         final: dict[str, str] = {}
 
         def attempt() -> None:
@@ -397,7 +459,7 @@ class SqsQueue(BaseQueue):
             response = self.client.send_message_batch(QueueUrl=url, Entries=entries)
             for ok in response.get("Successful", []):
                 job, _ = pending.pop(ok["Id"])
-                done.append(job.id)
+                done.append(job)
             retry: dict[str, str] = {}
             for bad in response.get("Failed", []):
                 reason = f"{bad.get('Code', 'Error')}: {bad.get('Message', '')}".rstrip(": ")
@@ -425,7 +487,7 @@ class SqsQueue(BaseQueue):
     # -- consuming ------------------------------------------------------------------------
     def _receive(self, queue: str, url: str, count: int, wait: int = 0) -> list[tuple[str, dict[str, Any], _Receipt]]:
         start = _clock.monotonic()
-        response = self.client.receive_message(
+        response = (self._poll_client if wait else self.client).receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=count,
             VisibilityTimeout=int(self.reservation),
@@ -462,6 +524,7 @@ class SqsQueue(BaseQueue):
             for receipt in receipts:
                 self._deadlines.pop(receipt.handle, None)
 
+    @_reaching("receive jobs")
     def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
         """``ReceiveMessage`` (up to ten per call), trying ``queues`` in order; a
         queue is left for the next only when it answered with nothing."""
@@ -581,11 +644,10 @@ class SqsQueue(BaseQueue):
 
     def _accept(self, queue: str, message: dict[str, Any], receipt: _Receipt) -> QueuedJob | None:
         """The job a received message carries, or None when it was handled here:
-        unreadable (discarded to the failed store), not due yet (hopped), or
-        past its final attempt (failed)."""
+        unreadable (discarded to the failed store) or not due yet (hopped)."""
         body = message.get("Body", "")
         try:
-            job = QueuedJob.decode(body, connection=self.connection, receipt=receipt)
+            job = self._read(body, receipt)
         except PayloadError as exc:
             self._discard(queue, body, receipt, exc)
             return None
@@ -595,11 +657,22 @@ class SqsQueue(BaseQueue):
             return None
         received = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         # The body counts attempts made before this message was sent; SQS counts
-        # the receives since, including those whose worker died mid-attempt.
+        # the receives since, including those whose worker died mid-attempt. A job
+        # past its last attempt is handed out too: the executor fails it as lost.
         job.attempts += max(1, received)
-        if job.attempts > job.max_attempts:
-            self._fail_unfinished(job, received)
-            return None
+        return job
+
+    def _read(self, body: str, receipt: _Receipt | None = None) -> QueuedJob:
+        """The job a message's body carries; :class:`PayloadError` saying why for
+        anything that is not one (any exception while decoding it: not JSON,
+        nested too deep to parse, missing fields, an attempt count that is
+        negative or absurd, a time that is not a number)."""
+        try:
+            job = QueuedJob.decode(body, connection=self.connection, receipt=receipt)
+        except PayloadError:
+            raise
+        except Exception as exc:  # whatever else decoding one message raises costs only that message
+            raise PayloadError(f"a queued job could not be read: {type(exc).__name__}: {exc}") from exc
         return job
 
     def _hop(self, job: QueuedJob, remaining: float) -> None:
@@ -619,7 +692,7 @@ class SqsQueue(BaseQueue):
         with self._lock:
             self._hopped.discard(receipt.message_id)
 
-    def _discard(self, queue: str, body: str, receipt: _Receipt, exc: PayloadError) -> None:
+    def _discard(self, queue: str, body: str, receipt: _Receipt, exc: Exception) -> None:
         info = ExceptionInfo.from_exception(exc)
         log.error(
             "discarded message %s from queue %r on connection %r into the failed store: %s",
@@ -639,29 +712,6 @@ class SqsQueue(BaseQueue):
         self._send_failed(encode(entry))
         self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
         self.announce_discarded(info, body)
-
-    def _fail_unfinished(self, job: QueuedJob, received: int) -> None:
-        """A job received again after its final attempt: that attempt never
-        finished (its worker died, or its reservation lapsed), so it fails here."""
-        last = job.max_attempts
-        error = JobCrashedError(
-            f"attempt {last} of {last} never finished: its worker died or its reservation lapsed "
-            f"(SQS has delivered this message {received} time(s))"
-        )
-        info = ExceptionInfo.from_exception(error)
-        job.attempts = last
-        self.fail(job, info)
-        log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, last, info.error)
-        if self._manager is not None and self._manager.locks is not None and job.unique_key and job.unique_owner:
-            try:
-                self._manager.locks.release(job.unique_key, job.unique_owner)
-            except Exception as exc:  # noqa: BLE001 - the lock's own expiry is the net
-                log.warning("could not release unique lock %s: %s", job.unique_key, exc)
-        for signal, extra in (
-            (signals.job_attempt_failed, {"attempt": last, "final_attempt": True}),
-            (signals.job_failed, {}),
-        ):
-            signals.emit(signal, self, job=job, connection=self.connection, error=info.error, exception=info, **extra)
 
     def _on_receipt(self, operation: str, job: QueuedJob, method: str, **params: Any) -> None:
         """Call ``method`` with ``job``'s receipt; a receipt that no longer holds
@@ -683,10 +733,12 @@ class SqsQueue(BaseQueue):
                 exc,
             )
 
+    @_reaching("delete a finished job")
     def acknowledge(self, job: QueuedJob) -> None:
         self._on_receipt("acknowledge", job, "delete_message")
         self._settled([job])
 
+    @_reaching("delete finished jobs")
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
         """``DeleteMessageBatch``, ten per call."""
         self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
@@ -721,6 +773,7 @@ class SqsQueue(BaseQueue):
             raise SqsBatchError(method, done, problems)
         return through
 
+    @_reaching("release a job")
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         """``ChangeMessageVisibility`` to the delay (0: at once); a delay past 15
         minutes re-sends the job with it instead."""
@@ -751,6 +804,69 @@ class SqsQueue(BaseQueue):
         self._on_receipt("release", job, "delete_message")
         self._settled([job])
 
+    @_reaching("hand jobs back")
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Hand back jobs that never started, or whose attempt a stopping worker
+        interrupted, available at once and without spending a try.
+
+        SQS counts every receive, so on a standard queue each job is sent again
+        carrying the attempts before this one, and only then is the received
+        message deleted: the next receive hands it out with the same
+        ``attempts``. A copy that went out is not sent again when the call is
+        repeated after a failed delete. A FIFO queue keeps the group's order
+        instead: the message is made visible again, and that receive counts.
+        """
+        standard: list[QueuedJob] = []
+        fifo: list[QueuedJob] = []
+        for job in jobs:
+            if not isinstance(job.receipt, _Receipt):
+                continue
+            if self._lapsed(job):
+                # Another receive may hold it now: a copy would run beside it.
+                log.warning(
+                    "job %s (%s) not handed back: its reservation lapsed, so SQS delivers it again and "
+                    "that receive counts as an attempt",
+                    job.id,
+                    job.name,
+                )
+                self._settled([job])
+                continue
+            (fifo if _is_fifo(job.receipt.url) else standard).append(job)
+        if standard:
+            self._copy_back(standard)
+        if fifo:
+            self._batch(
+                "change_message_visibility_batch",
+                fifo,
+                lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
+            )
+            self._settled(fifo)
+
+    def _copy_back(self, jobs: Sequence[QueuedJob]) -> None:
+        """Send each job again with the attempts before its receive, then delete
+        the received messages (copies first: a crash between the two leaves a
+        job twice, never nowhere)."""
+        now = _clock.now()
+        by_url: dict[str, list[tuple[QueuedJob, dict[str, Any]]]] = {}
+        for job in jobs:
+            receipt: _Receipt = job.receipt
+            if not self._was_copied(receipt):
+                copy = replace(job, receipt=None, attempts=max(0, job.attempts - 1))
+                by_url.setdefault(receipt.url, []).append((job, self._entry(copy, receipt.url, now)))
+        refused: dict[str, str] = {}
+        for url, items in by_url.items():
+            for batch in self._size_batches(items):
+                sent, bad = self._send_batch(url, batch)
+                for job in sent:
+                    self._mark_copied(job.receipt)
+                refused.update(bad)
+        if refused:
+            # Nothing is deleted until every copy is out; a repeat sends only the missing ones.
+            raise SqsBatchError("SendMessageBatch", [j.id for j in jobs if self._was_copied(j.receipt)], refused)
+        self._batch("delete_message_batch", jobs, lambda receipt: {"ReceiptHandle": receipt.handle})
+        self._settled(jobs)
+
+    @_reaching("fail a job")
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Send the job to the failed queue, then delete it from its own."""
         info = as_exception_info(error)
@@ -794,8 +910,18 @@ class SqsQueue(BaseQueue):
             data = decode(body)
             data["error"]["traceback"] = data["error"].get("traceback", "")[-4000:]
             body = encode(data)
+            if len(body.encode()) > MAX_MESSAGE_BYTES and isinstance(data.get("raw"), str):
+                # An unreadable message near SQS's size limit, escaped: keep its beginning.
+                raw: str = data["raw"]
+                data["raw_length"] = len(raw)
+                keep = len(raw)
+                while keep and len(body.encode()) > MAX_MESSAGE_BYTES:
+                    keep = keep * 9 // 10
+                    data["raw"] = raw[:keep]
+                    body = encode(data)
         self.client.send_message(QueueUrl=self.failed_queue_url, MessageBody=body, **extra)
 
+    @_reaching("renew reservations")
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """``ChangeMessageVisibilityBatch`` for running jobs (and messages a long
         poll brought in that no thread has taken yet)."""
@@ -859,12 +985,27 @@ class SqsQueue(BaseQueue):
 
     def _failed_entry(self, message: dict[str, Any]) -> FailedJob:
         body = message.get("Body", "")
-        attributes = message.get("Attributes", {})
-        sent = int(attributes.get("SentTimestamp", "0")) / 1000
+        sent = int(message.get("Attributes", {}).get("SentTimestamp", "0")) / 1000
         try:
-            data = decode(body)
-        except ValueError:
-            data = None
+            return self._read_failed_entry(message, body, sent)
+        except Exception as exc:  # noqa: BLE001 - whatever is there is listed, never a failed listing
+            info = ExceptionInfo.from_exception(
+                PayloadError(f"not a rainier_sync message ({type(exc).__name__}: {exc})"[:2000])
+            )
+            return FailedJob(
+                id=message["MessageId"],
+                name="(unreadable message)",
+                queue="",
+                connection=self.connection,
+                payload={"raw": body},
+                error=info.error,
+                exception=info,
+                failed_at=sent,
+            )
+
+    def _read_failed_entry(self, message: dict[str, Any], body: str, sent: float) -> FailedJob:
+        attributes = message.get("Attributes", {})
+        data = decode(body)
         if isinstance(data, dict) and data.get(_FAILED_MARK) and isinstance(data.get("job"), dict):
             job = QueuedJob.from_wire(data["job"], connection=self.connection)
             return FailedJob.of(job, ExceptionInfo.from_dict(data.get("error")), float(data.get("failed_at", sent)))
@@ -880,21 +1021,9 @@ class SqsQueue(BaseQueue):
                 exception=info,
                 failed_at=float(data.get("failed_at", sent)),
             )
-        try:
-            # A job envelope SQS moved here itself (a RedrivePolicy on a job queue).
-            job = QueuedJob.from_wire(data, connection=self.connection)
-        except PayloadError:
-            info = ExceptionInfo(kind="rainier_sync.errors.PayloadError", message="not a rainier_sync message")
-            return FailedJob(
-                id=message["MessageId"],
-                name="(unreadable message)",
-                queue="",
-                connection=self.connection,
-                payload={"raw": body},
-                error=info.error,
-                exception=info,
-                failed_at=sent,
-            )
+        # A job envelope SQS moved here itself (a RedrivePolicy on a job queue);
+        # anything else raises, and is listed as unreadable.
+        job = self._read(body)
         received = attributes.get("ApproximateReceiveCount", "?")
         info = ExceptionInfo(
             kind="rainier_sync.errors.JobCrashedError",
@@ -917,6 +1046,7 @@ class SqsQueue(BaseQueue):
                 Entries=[{"Id": str(i), "ReceiptHandle": h} for i, h in enumerate(chunk)],
             )
 
+    @_reaching("list failed jobs")
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         """The newest failed jobs among the first :data:`SCAN_LIMIT` entries of
         the failed queue (each listing receives them all, then lets them go)."""
@@ -925,11 +1055,13 @@ class SqsQueue(BaseQueue):
         entries = sorted((failed for failed, _ in found), key=lambda f: f.failed_at, reverse=True)
         return entries[:limit]
 
+    @_reaching("count failed jobs")
     def failed_count(self) -> int:
         """The failed queue's approximate depth."""
         counts = self._attributes(self.failed_queue_url)
         return counts["ApproximateNumberOfMessages"] + counts["ApproximateNumberOfMessagesNotVisible"]
 
+    @_reaching("retry a failed job")
     def retry_failed(self, id: str) -> bool:
         """Queue a failed job again with fresh attempts (and remove it from the failed queue)."""
         found = self._scan_failed()
@@ -952,6 +1084,7 @@ class SqsQueue(BaseQueue):
         finally:
             self._unhide(others)
 
+    @_reaching("forget a failed job")
     def forget_failed(self, id: str) -> bool:
         found = self._scan_failed()
         matches = [handle for failed, handle in found if failed.id == id]
@@ -971,6 +1104,7 @@ class SqsQueue(BaseQueue):
         attributes = response.get("Attributes", {})
         return {name: int(attributes.get(name, 0)) for name in names}
 
+    @_reaching("count jobs")
     def counts(self, queue: str) -> QueueCounts:
         """From the queue's approximate attributes: ``reserved`` also holds jobs
         released with a backoff (SQS cannot tell the two apart)."""
@@ -981,6 +1115,7 @@ class SqsQueue(BaseQueue):
             reserved=counts["ApproximateNumberOfMessagesNotVisible"],
         )
 
+    @_reaching("count jobs")
     def size(self, queue: str | None = None) -> int:
         """Jobs on ``queue`` (every queue when None): ready, delayed and reserved; approximate."""
         names = sorted(self.queue_urls) if queue is None else [queue]
@@ -990,6 +1125,7 @@ class SqsQueue(BaseQueue):
         return sorted(self.queue_urls)
 
     # -- waiting ------------------------------------------------------------------------------------
+    @_reaching("wait for jobs")
     def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
         """Long-poll each queue (``wait_time``) in the background, returning when
         one answers, ``waker`` is set, or ``timeout`` passes. A poll outlives an
@@ -1040,38 +1176,35 @@ class SqsQueue(BaseQueue):
             waker.set()
 
     def _let_go(self, items: Sequence[tuple[str, dict[str, Any], _Receipt]]) -> None:
-        """Hand back messages received but never run. On a standard queue each is
-        sent again and the held one deleted, so the receive it cost is not
-        counted as an attempt; a FIFO queue keeps its order instead (visibility 0)."""
-        fifo = [(q, r) for q, _, r in items if _is_fifo(r.url)]
-        self._forget_receipts([r for _, _, r in items])
+        """Hand back messages received but never handed out, as :meth:`give_back`
+        does: the receives before this one were attempts (a run, or a worker that
+        died) and stay counted; this one is not."""
+        jobs: list[QueuedJob] = []
+        unreadable: list[QueuedJob] = []
+        for queue, message, receipt in items:
+            received = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+            try:
+                job = self._read(message.get("Body", ""), receipt)
+            except PayloadError:
+                # The next receive discards it.
+                unreadable.append(
+                    QueuedJob(id=receipt.message_id, name="(held)", queue=queue, payload={}, receipt=receipt)
+                )
+                continue
+            job.attempts += max(1, received)
+            jobs.append(job)
         try:
-            for _, message, receipt in items:
-                if not _is_fifo(receipt.url):
-                    self.client.send_message(QueueUrl=receipt.url, MessageBody=self._handed_back_body(message))
-                    self.client.delete_message(QueueUrl=receipt.url, ReceiptHandle=receipt.handle)
-            self._batch(
-                "change_message_visibility_batch",
-                [QueuedJob(id=r.message_id, name="(held)", queue=q, payload={}, receipt=r) for q, r in fifo],
-                lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
-            )
+            self.give_back(jobs)
+            if unreadable:
+                self._batch(
+                    "change_message_visibility_batch",
+                    unreadable,
+                    lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0},
+                )
+                self._settled(unreadable)
         except Exception as exc:  # noqa: BLE001 - they become visible when their timeout lapses anyway
+            self._forget_receipts([receipt for _, _, receipt in items])
             log.warning("could not hand back %d held message(s): %s", len(items), exc)
-
-    def _handed_back_body(self, message: dict[str, Any]) -> str:
-        """The body to re-send for a held message: the receives before the
-        held one were attempts (a run, or a worker that died), so they move
-        into the body's count instead of vanishing with the old message."""
-        body: str = message.get("Body", "")
-        earlier = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1")) - 1
-        if earlier <= 0:
-            return body
-        try:
-            job = QueuedJob.decode(body, connection=self.connection)
-        except PayloadError:
-            return body  # unreadable: the next receive discards it anyway
-        job.attempts += earlier
-        return job.encode()
 
     def close(self) -> None:
         """Hand back messages a long poll brought in that no worker took, and
@@ -1093,6 +1226,7 @@ class SqsQueue(BaseQueue):
                 thread.join(max(0.0, deadline - _clock.monotonic()))  # each hands back what it got
         if self._owns_client:
             self.client.close()
+            self._poll_client.close()
 
     def describe(self) -> str:
         return f"sqs {self.queue_urls['default']}"

@@ -53,8 +53,6 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
             lacks={
                 "order by priority": "SQS has no priority within a queue; put urgent jobs on their own queue "
                 "and list it first in the worker's queues",
-                "give back a job without counting its attempt": "SQS counts every receive "
-                "(ApproximateReceiveCount), and a message cannot be received back uncounted",
             },
         )
     finally:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -40,6 +41,67 @@ _HOW_TO_START = (
     ".venv/bin/pip install 'moto[server]' (the tests start it), "
     "or run moto_server -H 127.0.0.1 -p 5000 and set SQS_ENDPOINT=http://127.0.0.1:5000"
 )
+
+
+def _serialize_moto_queues() -> None:
+    """Hold each queue's own lock around moto's receive, delete and visibility change.
+
+    moto's ``Queue.delete_message`` rebuilds the queue's message list outside
+    any lock, so two deletes at once can bring a deleted message back (and a
+    send during a delete can vanish), and its receive checks a message is
+    visible and marks it received without one, so two receives at once can
+    both take it. SQS does none of this, and tests that count runs see it. The
+    lock is moto's own (a Condition over an RLock), which a long poll releases
+    while it waits.
+    """
+    from moto.sqs import models
+
+    if getattr(models, "_rainier_serialized", False):
+        return
+    backend_class, queue_class = models.SQSBackend, models.Queue
+
+    def per_queue(method: Any) -> Any:
+        def locked(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+            try:
+                queue = self.get_queue(queue_name)
+            except Exception:  # noqa: BLE001 - moto's own error, from the call itself
+                return method(self, queue_name, *args, **kwargs)
+            with queue._messages_lock:
+                return method(self, queue_name, *args, **kwargs)
+
+        return locked
+
+    def own_lock(method: Any) -> Any:
+        def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with self._messages_lock:
+                return method(self, *args, **kwargs)
+
+        return locked
+
+    backend_class.receive_message = per_queue(backend_class.receive_message)
+    backend_class.change_message_visibility = per_queue(backend_class.change_message_visibility)
+    queue_class.delete_message = own_lock(queue_class.delete_message)
+    queue_class.add_message = own_lock(queue_class.add_message)
+    models._rainier_serialized = True
+
+
+def in_flight_now(queue_urls: Iterable[str]) -> set[tuple[str, str]] | None:
+    """The messages on ``queue_urls`` received and neither deleted nor visible
+    again, as (message id, receipt handle of the last receive), read in one
+    pass from the moto server in this process (a count over HTTP takes a call
+    per queue, while reservations go on lapsing); None when the server is not
+    in this process."""
+    from moto.sqs.models import sqs_backends
+
+    found: set[tuple[str, str]] = set()
+    for url in queue_urls:
+        account, name = urlsplit(url).path.strip("/").split("/")[-2:]
+        try:
+            queue = sqs_backends[account][REGION].queues[name]
+        except KeyError:
+            return None
+        found.update((m.id, m.receipt_handle) for m in list(queue._messages) if not m.visible)
+    return found
 
 
 class MotoServer:
@@ -61,6 +123,7 @@ class MotoServer:
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        _serialize_moto_queues()
         if self._server is None:
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
             server.start()

@@ -77,12 +77,13 @@ def manager_for() -> Iterator[Callable[[SqsQueue], QueueManager]]:
         manager.close()
 
 
-def count_calls(client: Any) -> dict[str, int]:
-    """Counts API calls made through ``client`` by operation name."""
+def count_calls(*clients: Any) -> dict[str, int]:
+    """Counts API calls made through ``clients`` by operation name."""
     counts: dict[str, int] = {}
 
     def on_call(model: Any, **_: Any) -> None:
         counts[model.name] = counts.get(model.name, 0) + 1
 
-    client.meta.events.register("before-call.sqs", on_call)
+    for client in clients:
+        client.meta.events.register("before-call.sqs", on_call)
     return counts

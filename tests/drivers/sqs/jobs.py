@@ -70,5 +70,49 @@ class Marked(Job):
             out.write(f"done {context.attempt} {os.getpid()}\n")
 
 
+def append_line(path: str, line: str) -> None:
+    """One write to a file opened for appending: lines from many processes never interleave."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Ledger(Job):
+    """Appends ``n attempt pid`` to the ledger file at ``path``."""
+
+    NAME = "tests.sqs.ledger"
+    TRIES = 5
+
+    path: str = ""
+    n: int = 0
+
+    def handle(self, context: JobContext) -> None:
+        append_line(self.path, f"{self.n} {context.attempt} {os.getpid()}")
+
+
+@dataclass
+class OneTry(Job):
+    """A ``TRIES = 1`` ledger job; with ``hold``, it creates ``hold + '.started'``
+    and waits (at most 60 s) for the file ``hold`` before its ledger line."""
+
+    NAME = "tests.sqs.one-try"
+    TRIES = 1
+
+    path: str = ""
+    n: int = 0
+    hold: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        if self.hold:
+            append_line(self.hold + ".started", str(os.getpid()))
+            deadline = time.monotonic() + 60
+            while not os.path.exists(self.hold) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        append_line(self.path, f"{self.n} {context.attempt} {os.getpid()}")
+
+
 def registry() -> JobRegistry:
-    return JobRegistry().with_job(Note).with_job(Flaky).with_job(Marked)
+    return JobRegistry().with_job(Note).with_job(Flaky).with_job(Marked).with_job(Ledger).with_job(OneTry)

@@ -38,6 +38,9 @@ def test_a_failed_queue_is_required() -> None:
         ({"queue_urls": {"default": FAILED + "x"}}, r"queue_urls\['default'\]"),
         ({"failed_queue_url": URL}, "failed jobs need a queue of their own"),
         ({"client": object(), "region": "eu-west-1"}, "either client"),
+        ({"client": object(), "timeout": 3}, "either client"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": True}, "timeout"),
     ],
 )
 def test_bad_settings_fail_naming_the_setting(kwargs: dict[str, object], named: str) -> None:
@@ -87,4 +90,13 @@ def test_visibility_timeout_is_the_reservation() -> None:
     queue = SqsQueue(URL, failed_queue_url=FAILED, visibility_timeout=90.5, region="eu-west-1")
     assert queue.reservation == 91
     assert queue.wait_time == 20
+    queue.close()
+
+
+def test_timeout_bounds_every_call_and_long_polls_wait_longer() -> None:
+    queue = SqsQueue(URL, failed_queue_url=FAILED, timeout=2, wait_time=10, region="eu-west-1")
+    calls, polls = queue.client.meta.config, queue._poll_client.meta.config
+    assert (calls.connect_timeout, calls.read_timeout) == (2, 2)
+    assert (polls.connect_timeout, polls.read_timeout) == (2, 12)
+    assert calls.retries["total_max_attempts"] == 3
     queue.close()

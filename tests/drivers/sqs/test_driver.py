@@ -8,12 +8,13 @@ from typing import Any, Callable
 import pytest
 
 import rainier_sync.drivers.sqs as sqs_module
-from rainier_sync import QueuedJob, QueueManager, _clock, signals
+from rainier_sync import QueuedJob, QueueManager, Worker, WorkerOptions, _clock, signals
 from rainier_sync.drivers.base import Waker
 from rainier_sync.drivers.sqs import SqsBatchError, SqsQueue, UnknownQueueError
 from rainier_sync.locks import MemoryLockStore
 from tests.support import wait_until
 
+from . import jobs
 from .conftest import Queues, count_calls
 from .jobs import Note
 
@@ -144,30 +145,39 @@ def test_attempts_count_releases_and_receives(queues: Queues) -> None:
     q.close()
 
 
-def test_a_job_whose_final_attempt_never_finished_goes_to_the_failed_queue(queues: Queues) -> None:
+def test_a_job_received_after_its_final_attempt_is_handed_out_past_it(queues: Queues) -> None:
+    # Its worker died on the last attempt: the driver hands it out counting that
+    # attempt, and the executor fails it as lost rather than running it again.
     q = queues.driver(visibility_timeout=1)
+    q.push(job(tries=2))
+    assert reserve_eventually(q, ["default"]).attempts == 1  # its worker "dies"
+    assert reserve_eventually(q, ["default"]).attempts == 2  # and again, on the last attempt
+    lost = reserve_eventually(q, ["default"])
+    assert (lost.attempts, lost.max_attempts) == (3, 2)
+    assert q.failed_count() == 0, "the driver leaves it to the executor"
+    q.close()
+
+
+def test_a_worker_fails_a_job_whose_final_attempt_never_finished_as_lost(
+    queues: Queues, manager_for: Callable[..., QueueManager]
+) -> None:
+    q = queues.driver(visibility_timeout=1)
+    manager = manager_for(q)
+    manager.dispatch(Note(tag="lost"))  # TRIES = 3
+    for attempt in (1, 2, 3):
+        assert reserve_eventually(q, ["default"]).attempts == attempt  # each worker "dies"
     failed_signals: list[dict[str, Any]] = []
-
-    def on_failed(sender: Any, **kw: Any) -> None:
-        failed_signals.append(kw)
-
-    signals.job_failed.connect(on_failed)
-    try:
-        q.push(job(tries=2))
-        assert reserve_eventually(q, ["default"]).attempts == 1  # its worker "dies"
-        assert reserve_eventually(q, ["default"]).attempts == 2  # and again, on the last attempt
-        wait_until(
-            lambda: not q.reserve_many(["default"], 5) and q.failed_count() == 1,
-            timeout=8,
-            interval=0.1,
-            message="the job in the failed queue",
-        )
-    finally:
-        signals.job_failed.disconnect(on_failed)
-    assert q.reserve_many(["default"], 5) == []
+    worker = Worker(manager, options=WorkerOptions(queues=["default"], sleep=0.2))
+    with signals.job_failed.connected_to(lambda sender, **kw: failed_signals.append(kw)):
+        worker.start()
+        try:
+            wait_until(lambda: worker.stats.failed == 1, timeout=10, message="the lost job to fail")
+        finally:
+            worker.stop()
+            stats = worker.join(timeout=10)
+    assert (stats.processed, stats.failed) == (0, 1) and not [t for t, _ in jobs.runs if t == "lost"]
     (failed,) = q.failed_jobs()
-    assert failed.exception.crashed and failed.attempts == 2
-    assert "attempt 2 of 2 never finished" in failed.error
+    assert failed.exception.crashed and "worker lost during attempt 3 of 3" in failed.error
     assert failed_signals and failed_signals[0]["exception"].crashed
     assert q.size("default") == 0
     q.close()
@@ -503,11 +513,12 @@ def test_fail_after_the_reservation_lapsed_stores_no_second_copy(queues: Queues)
     q.push(job(tries=1))
     mine = q.reserve_many(["default"], 1)[0]
     time.sleep(1.5)
-    # Another receive takes it: attempt 2 of 1, so that receive fails it.
-    assert q.reserve_many(["default"], 1) == []
-    q.fail(mine, "boom")  # the lapsed worker's own fail, too late
-    entries = q.failed_jobs(10)
-    assert len(entries) == 1 and "never finished" in entries[0].error
+    # Another receive takes it: attempt 2 of 1, which that worker's executor fails as lost.
+    theirs = q.reserve_many(["default"], 1)
+    assert [j.attempts for j in theirs] == [2]
+    q.fail(mine, "boom")  # the lapsed worker's own fail, too late: it stores nothing
+    q.fail(theirs[0], "worker lost during attempt 1 of 1")
+    assert [e.error for e in q.failed_jobs(10)] == ["Error: worker lost during attempt 1 of 1"]
 
 
 def test_a_long_release_after_the_reservation_lapsed_sends_no_copy(queues: Queues) -> None:

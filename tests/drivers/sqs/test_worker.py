@@ -32,7 +32,7 @@ def test_an_idle_worker_wakes_when_a_job_arrives_and_stops_promptly(
     worker.start()
     try:
         wait_until(lambda: worker.stats.idles >= 1, timeout=5, message="the worker to go idle")
-        calls = count_calls(q.client)
+        calls = count_calls(q.client, q._poll_client)
         manager.dispatch(Note(tag="wake"))
         # The worker sleeps up to 30 s and long-polls up to 20 s: only the poll answering wakes it this soon.
         wait_until(lambda: ran("wake") == [1], timeout=5, message="the job to run")
