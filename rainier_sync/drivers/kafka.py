@@ -155,6 +155,7 @@ class _Record:
     next_check: float = 0.0
     key: str = ""
     marked: bool = False  # its done marker is written
+    marked_at: float = 0.0  # when the marker was written or last renewed (_clock.now, as leases)
 
     def __lt__(self, other: _Record) -> bool:  # heap tie-break
         return self.offset < other.offset
@@ -282,9 +283,10 @@ class KafkaQueue(BaseQueue):
         self.timeout = float(timeout)
         #: Topic settings for the job and delay topics the driver creates.
         self.topic_config = {str(k): str(v) for k, v in (topic_config or {}).items()}
-        #: How long a *done* marker lives: long enough for the partition's next
-        #: owner to read past the record.
-        self.done_ttl = max(4 * self.lease, 600.0)
+        #: How long a *done* marker lives. The worker renews the markers of its
+        #: finished jobs until their commit is confirmed, so a marker outlives the
+        #: job's lease and is there when the partition's next owner reads the record.
+        self.done_ttl = max(self.lease, 60.0)
         #: Longest wait for the group to hand this consumer its partitions.
         self.join_timeout = self.timeout
         #: Longest wait, in ``reserve``, for records known to be on the broker.
@@ -336,6 +338,7 @@ class KafkaQueue(BaseQueue):
         self._expect = _Expect()
         self._last_commit = 0.0
         self._commit_sent_at: float | None = None  # the outstanding asynchronous commit
+        self._next_renewal = 0.0  # of done markers whose commit is held back
         self._down_since: float | None = None  # the consumer reported every broker down
         self._quiet_until: dict[Any, float] = {}
         self._closed = False
@@ -603,12 +606,34 @@ class KafkaQueue(BaseQueue):
         except Exception as exc:  # noqa: BLE001 - the commit still covers them; a crash first runs them again
             log.warning("kafka: could not mark %d finished job(s) done in the lock store: %s", len(records), exc)
             return
+        now = _clock.now()
         for record in records:
             record.marked = True
+            record.marked_at = now
 
     def _marked(self, records: Sequence[_Record]) -> list[bool]:
         """Which of ``records`` have a done marker (renewing a marker is how to see it in one call)."""
         return self.locks.renew_many([(self._done_key(r), _DONE_OWNER) for r in records], self.done_ttl)
+
+    def _renew_marks(self, now: float) -> None:
+        """Renew the done markers of finished jobs whose commit is held back (by an
+        older job still running, say), so they outlive any wait for the commit."""
+        self._next_renewal = now + self.done_ttl / 3
+        stale = [r for part in self._parts.values() for r in part.finished()
+                 if r.marked and now - r.marked_at >= self.done_ttl / 3]
+        if not stale:
+            return
+        try:
+            renewed = self._marked(stale)
+        except Exception as exc:  # noqa: BLE001 - tried again next time
+            log.warning("kafka: could not renew the done markers of %d job(s): %s", len(stale), exc)
+            return
+        for record, ok in zip(stale, renewed, strict=True):
+            if ok:
+                record.marked_at = now
+        lost = [r for r, ok in zip(stale, renewed, strict=True) if not ok]
+        if lost:
+            self._mark(lost)
 
     def _live(self, record: _Record) -> bool:
         return self._parts.get(record.part.tp) is record.part
@@ -1118,6 +1143,8 @@ class KafkaQueue(BaseQueue):
         (``_on_commit``) none is sent, and the next carries the latest offsets;
         a refused one is not confirmed, so it is sent again. ``force`` commits
         synchronously now."""
+        if _clock.now() >= self._next_renewal:
+            self._renew_marks(_clock.now())
         now = _clock.monotonic()
         if not force:
             sent = self._commit_sent_at

@@ -148,3 +148,37 @@ def test_dispatch_and_reserve_with_the_broker_down_raise_queue_unavailable_namin
     finally:
         os.kill(private_tansu.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
         manager.close()
+
+
+# -- done markers ------------------------------------------------------------------------------------------
+def _frozen() -> Any:
+    import datetime
+
+    from freezegun import freeze_time
+
+    return freeze_time(datetime.datetime.now(datetime.timezone.utc), tick=True)
+
+
+def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, names: dict[str, str]) -> None:
+    from rainier_sync.locks import MemoryLockStore
+
+    locks = MemoryLockStore()
+    with _frozen() as frozen:
+        first = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        second = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        try:
+            slow, quick = queued(n=0), queued(n=1)
+            first.push_many([slow, quick])
+            running, done = first.reserve_many(["work"], 2)
+            first.acknowledge(done)  # finished behind a job still running: not committed
+            for _ in range(20):  # the slow job runs 200 s, far past the markers' life, renewing its lease
+                frozen.tick(10)
+                first.extend(running)
+            # The first worker dies without a word: its partition goes to the second.
+            first._let_go = lambda *args, **kw: None
+            consumer, first._consumer = first._consumer, None
+            consumer.close()
+            assert second.reserve_many(["work"], 5) == [], "the slow job still runs; the quick one is done"
+        finally:
+            second.close()
+            first.close()
