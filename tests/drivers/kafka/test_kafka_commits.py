@@ -182,3 +182,19 @@ def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, nam
         finally:
             second.close()
             first.close()
+
+
+@pytest.mark.slow
+def test_listing_dead_letters_on_s3_storage_reads_every_one(tansu_s3: Any, names: dict[str, str]) -> None:
+    from rainier_sync.types import encode
+
+    q = make(tansu_s3.bootstrap, names, partitions=1)
+    try:
+        topic = q.topic("work") + ".failed"
+        for i in range(60):  # one batch each: tansu stores each as an S3 object of its own
+            body = {"id": f"job-{i}", "name": "t.job", "queue": "work", "payload": {"n": i}, "error": "boom",
+                    "exception": {"kind": "RuntimeError", "message": "boom"}, "failed_at": 1.0 + i}
+            q._produce([(topic, f"job-{i}", encode({"failed": body}).encode())])
+        assert q.failed_count() == 60, "a listing reads to the end offset, or says it could not"
+    finally:
+        q.close()
