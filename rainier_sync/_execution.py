@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
-from .errors import PayloadError, UnknownJobError
+from .errors import JobCrashedError, PayloadError, UnknownJobError
 from .job import Job, JobContext
 from .types import ExceptionInfo, QueuedJob
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("rainier_sync")
 
 PROCESSED, RELEASED, FAILED, ABANDONED = "processed", "released", "failed", "abandoned"
+#: An attempt ``Worker.stop()`` cut short: handed back without spending a try.
+INTERRUPTED = "interrupted"
 
 
 @dataclass(slots=True)
@@ -42,6 +44,8 @@ class Completion:
     exception: BaseException | None = None
     duration: float = 0.0
     interrupted: bool = False
+    #: The attempt that failed, when not ``job.attempts`` (a lost one: the attempt before).
+    attempt: int | None = None
 
 
 def context_for(container: Container, queued: QueuedJob, stop_requested: threading.Event | None) -> JobContext:
@@ -90,9 +94,37 @@ class Executor:
     def context(self, queued: QueuedJob, stop_requested: threading.Event | None = None) -> JobContext:
         return context_for(self.container, queued, stop_requested)
 
+    def lost(self, queued: QueuedJob) -> Completion | None:
+        """Settle a job handed out with its attempts used up, without running it.
+
+        Drivers count an attempt when they hand a job out, so a job reserved again
+        after its last attempt's reservation lapsed (its worker died: kill -9, OOM,
+        power loss) comes with ``attempts > max_attempts``. It fails here, for every
+        driver, as :class:`~rainier_sync.errors.JobCrashedError` (``failed()`` runs,
+        the unique lock goes): a job that kills its worker cannot loop forever.
+        None when the job still has an attempt to run.
+        """
+        if queued.attempts <= queued.max_attempts:
+            return None
+        lapsed = queued.attempts - 1
+        error = JobCrashedError(
+            f"worker lost during attempt {lapsed} of {queued.max_attempts}: job {queued.name!r} ({queued.id}) "
+            "was never settled and its reservation lapsed"
+        )
+        try:
+            job: Job | None = self.build(queued)
+        except Exception:  # noqa: BLE001 - unreadable too: failed without failed()
+            job = None
+        completion = self.conclude(queued, job, error, None, info=ExceptionInfo.from_exception(error), final=True)
+        completion.attempt = lapsed
+        return completion
+
     def run(self, queued: QueuedJob, stop_requested: threading.Event | None = None) -> Completion:
         """Run one attempt in this thread and conclude it. Never raises, except
         ``KeyboardInterrupt``/``SystemExit``, which abandon the attempt."""
+        lost = self.lost(queued)
+        if lost is not None:
+            return lost
         context = self.context(queued, stop_requested)
         signals.emit(signals.job_processing, self.sender, job=queued, connection=queued.connection)
         started = _clock.monotonic()
@@ -125,6 +157,8 @@ class Executor:
         context: JobContext | None = None,
         duration: float = 0.0,
         info: ExceptionInfo | None = None,
+        *,
+        final: bool = False,
     ) -> Completion:
         """Decide what an attempt's outcome means: processed, released with a
         backoff, or failed (running ``failed()`` once, after the final attempt)."""
@@ -133,7 +167,7 @@ class Executor:
         if info is None:
             assert error is not None
             info = ExceptionInfo.from_exception(error)
-        permanent = job is None or isinstance(error, (UnknownJobError, PayloadError))
+        permanent = final or job is None or isinstance(error, (UnknownJobError, PayloadError))
         if not permanent and queued.attempts < queued.max_attempts:
             assert job is not None
             try:
@@ -155,6 +189,8 @@ class Executor:
         """Perform one completion on the driver, then announce it."""
         if completion.outcome == PROCESSED:
             driver.acknowledge(completion.job)
+        elif completion.outcome == INTERRUPTED:
+            driver.give_back([completion.job])
         elif completion.outcome == RELEASED or completion.outcome == ABANDONED:
             driver.release(completion.job, completion.delay)
         else:
@@ -175,22 +211,33 @@ class Executor:
         if outcome == ABANDONED:
             log.warning("job %s (%s) was interrupted; released for another attempt", job.id, job.name)
             return
+        if outcome == INTERRUPTED:
+            log.warning(
+                "job %s (%s) was interrupted by the worker's stop; handed back without spending attempt %d/%d",
+                job.id,
+                job.name,
+                job.attempts,
+                job.max_attempts,
+            )
+            signals.emit(signals.job_interrupted, self.sender, job=job, connection=job.connection)
+            return
         info = completion.info
         assert info is not None
         final = outcome == FAILED
+        attempt = job.attempts if completion.attempt is None else completion.attempt
         signals.emit(
             signals.job_attempt_failed,
             self.sender,
             job=job,
             connection=job.connection,
-            attempt=job.attempts,
+            attempt=attempt,
             final_attempt=final,
             error=info.error,
             exception=info,
         )
         if final:
             self.release_unique(job)
-            log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, job.attempts, info.error)
+            log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, attempt, info.error)
             signals.emit(
                 signals.job_failed, self.sender, job=job, connection=job.connection, error=info.error, exception=info
             )

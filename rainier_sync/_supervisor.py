@@ -38,7 +38,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _clock, signals
-from ._execution import ABANDONED, Completion, context_for
+from ._execution import INTERRUPTED, Completion, context_for
 from .errors import ConfigurationError, JobCrashedError, JobTimeoutError, PayloadError, RainierError, UnknownJobError
 from .types import ExceptionInfo, QueuedJob, decode, encode
 
@@ -117,6 +117,15 @@ def _describe_status(status: int | None) -> str:
 # -- the parent side -----------------------------------------------------------------------
 
 
+def _kill_group(leader: int, sig: int) -> None:
+    """Signal the process group a child leads (it outlives the child while any of
+    the job's own processes are left in it)."""
+    try:
+        os.killpg(leader, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class _Child:
     """The parent's handle on one child process."""
 
@@ -182,6 +191,8 @@ class _Child:
         return True
 
     def kill(self, sig: int) -> None:
+        """Signal the child and every process it started: the child leads a process
+        group of its own, so a job's own subprocesses go with it."""
         try:
             if self.pidfd is not None:
                 signal.pidfd_send_signal(self.pidfd, sig)
@@ -189,6 +200,7 @@ class _Child:
                 os.kill(self.pid, sig)
         except ProcessLookupError:
             pass
+        _kill_group(self.pid, sig)
 
     def close(self) -> None:
         self.alive = False
@@ -397,6 +409,8 @@ class Supervisor:
         self._interrupt.set()
         for child in idle:
             child.close()
+            # An idle child exits when it reads EOF; what its jobs left running does not.
+            _kill_group(child.pid, signal.SIGKILL)
         control, self._control = self._control, None
         if control is not None:
             try:
@@ -411,6 +425,9 @@ class Supervisor:
     def run(self, queued: QueuedJob, timeout: float, stop_requested: threading.Event) -> Completion:
         """Run one attempt in a child, killing it when it overruns ``timeout`` seconds."""
         executor = self.executor
+        lost = executor.lost(queued)
+        if lost is not None:
+            return lost
         context = executor.context(queued, stop_requested)
         signals.emit(signals.job_processing, executor.sender, job=queued, connection=queued.connection)
         started = _clock.monotonic()
@@ -446,7 +463,7 @@ class Supervisor:
             )
             return executor.conclude(queued, job, error, context, duration)
         if op == "abandoned":
-            return Completion(queued, ABANDONED, duration=duration)
+            return Completion(queued, INTERRUPTED, duration=duration, interrupted=True)
         if op == "timed_out":
             error = JobTimeoutError(
                 f"job {queued.name!r} ({queued.id}) overran its time limit of {timeout:g}s "
@@ -584,10 +601,7 @@ class _ForkServer:
                         self._fork_child(fd, request.get("token"), wake_read, wake_write)
         finally:
             for pid in self.children:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                _kill_group(pid, signal.SIGKILL)
 
     def _fork_child(self, fd: int, token: Any, wake_read: int, wake_write: int) -> None:
         try:
@@ -599,6 +613,7 @@ class _ForkServer:
         if pid == 0:
             code = 1
             try:
+                os.setpgid(0, 0)  # a group of its own: killing it kills what the job started too
                 signal.set_wakeup_fd(-1)
                 os.close(wake_read)
                 os.close(wake_write)
@@ -619,6 +634,10 @@ class _ForkServer:
                 _flush_stdio()
                 os._exit(code)
         os.close(fd)
+        try:
+            os.setpgid(pid, pid)  # also from here, so the group exists before the worker can signal it
+        except OSError:
+            pass  # the child did it first, or is already gone
         self.children.add(pid)
         pidfd: list[int] = []
         if hasattr(os, "pidfd_open"):

@@ -6,13 +6,15 @@ zero-argument factory returning one. With neither, the manager is booted from
 the environment (``QUEUE_DRIVER`` and the settings beside it).
 
 An error is one line on stderr and a non-zero exit (:data:`EXIT_FAILURE` when
-an operation failed, :data:`EXIT_USAGE` for bad usage or configuration);
-``-v`` adds the traceback.
+an operation failed or a backend cannot be reached, :data:`EXIT_USAGE` for bad
+usage or configuration); ``-v`` adds the traceback. ``flask queue`` runs the
+same commands through a :class:`Frontend` of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import logging
@@ -32,13 +34,14 @@ if TYPE_CHECKING:
     from .drivers.base import BaseQueue
     from .manager import QueueManager
     from .types import FailedJob
-    from .worker import Worker, WorkerStats
+    from .worker import Worker, WorkerOptions, WorkerStats
 
 __all__ = ["main", "load_app", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
 #: The command did what it was asked.
 EXIT_OK = 0
-#: An operation failed (a backend error, a failed job id nobody has, a file in the way).
+#: An operation failed (a backend error or one that cannot be reached, a failed job id nobody has,
+#: a file in the way, a job that failed for good under ``queue:work --fail-on-failed``).
 EXIT_FAILURE = 1
 #: Bad usage or configuration: a wrong option, an ``--app`` that does not load, a refused setting.
 EXIT_USAGE = 2
@@ -57,8 +60,59 @@ class CommandError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    #: The parser of each command, by name (on the top-level parser).
+    commands: dict[str, argparse.ArgumentParser]
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.dest == "command" and action.choices is not None and value not in action.choices:
+            names = list(action.choices)
+            close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (commands: {', '.join(names)})"
+            raise argparse.ArgumentError(None, f"unknown command {value!r}{hint}")
+        super()._check_value(action, value)
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> UsageError:
+    """The first argument ``parser`` did not take, with the option it most likely meant."""
+    first = extras[0]
+    if not first.startswith("-") or first == "-":
+        return UsageError(f"unrecognized argument {first!r} (see {parser.prog} --help)")
+    option = first.split("=", 1)[0]
+    known = [name for action in parser._actions for name in action.option_strings]
+    close = difflib.get_close_matches(option, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return UsageError(f"unrecognized option {option!r}{hint} (see {parser.prog} --help)")
+
+
+class Frontend:
+    """How the commands are reached: as ``rainier-sync`` (this class), or as
+    ``flask queue`` on a Flask app's manager. Commands, options, output and
+    exit codes are the same; the names in messages, where the manager comes
+    from and the worker class differ."""
+
+    #: The program as the user types it; every error line starts with ``<name>: error:``.
+    name = "rainier-sync"
+    #: Whether ``--app`` names the application (``flask`` has an ``--app`` of its own).
+    takes_app = True
+    #: What ``queue:work`` says to do about an empty job registry.
+    registry_hint = "pass --app module:attribute (or set RAINIER_APP) naming the application that registers its jobs"
+
+    def command(self, command: str) -> str:
+        """How the user types ``command`` (``queue:failed``), program included."""
+        return f"{self.name} {command}"
+
+    def manager(self, args: argparse.Namespace) -> QueueManager:
+        """The manager the command works on."""
+        return _manager(args)
+
+    def worker(self, manager: QueueManager, options: WorkerOptions, connection: str | None) -> Worker:
+        """The worker ``queue:work`` runs."""
+        from .worker import Worker
+
+        return Worker(manager, options=options, connection=connection)
 
 
 # -- finding the application ----------------------------------------------------------------
@@ -146,44 +200,38 @@ def _selected(manager: QueueManager, name: str | None) -> list[tuple[str, BaseQu
 # -- commands ------------------------------------------------------------------------------------
 
 
-def cmd_work(args: argparse.Namespace, out: IO[str]) -> int:
-    from .worker import Worker
-
-    stats = run_worker(
-        _manager(args),
-        args,
-        Worker,
-        registry_hint="pass --app module:attribute (or set RAINIER_APP) naming the application that registers its jobs",
-    )
-    log.info(
-        "worker stopped: %d processed, %d released, %d failed",
-        stats.processed,
-        stats.released,
-        stats.failed,
-    )
+def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    stats = run_worker(frontend, frontend.manager(args), args)
+    summary = f"worker stopped: {stats.processed} processed, {stats.released} released, {stats.failed} failed"
+    for count, what in ((stats.discarded, "unreadable"), (stats.interrupted, "interrupted")):
+        if count:
+            summary += f", {count} {what}"
+    lost = stats.failed + stats.discarded
+    if args.fail_on_failed and lost:
+        log.warning("%s; exit 1: %d job(s) failed for good (--fail-on-failed)", summary, lost)
+        return EXIT_FAILURE
+    log.info("%s", summary)
     return EXIT_OK
 
 
-def run_worker(
-    manager: QueueManager,
-    args: argparse.Namespace,
-    worker_factory: Callable[..., Worker],
-    *,
-    registry_hint: str,
-) -> WorkerStats:
-    """The body of ``queue:work`` once a manager is at hand (``flask queue work``
-    runs it too, with a worker of its own): checks, options, signals, run."""
+def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespace) -> WorkerStats:
+    """The body of ``queue:work`` once a manager is at hand: checks, options, signals, run."""
     from .errors import ConfigurationError
     from .worker import WorkerOptions
 
     if args.quiet:
         log.setLevel(logging.WARNING)
+    if args.fail_on_failed and not (args.once or args.max_jobs):
+        raise UsageError(
+            "--fail-on-failed needs --once or --max-jobs: a worker that runs until stopped has no run to judge "
+            f"(see {frontend.command('queue:work')} --help)"
+        )
     driver = manager.connection(args.connection)
     name = args.connection or manager.default
     if not driver.driver.needs_a_worker():
         raise UsageError(f"connection {name!r} is {driver.driver.value}: it runs jobs inline, there is nothing to work")
     if not len(manager.registry):
-        raise UsageError(f"the job registry is empty, so every job would fail as unknown: {registry_hint}")
+        raise UsageError(f"the job registry is empty, so every job would fail as unknown: {frontend.registry_hint}")
     given = {
         "queues": args.queue,
         "once": args.once or None,
@@ -194,6 +242,7 @@ def run_worker(
         "connection": args.connection,
         "child_setup": args.child_setup,
         "prefetch": args.prefetch,
+        "give_up": args.give_up,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -202,7 +251,7 @@ def run_worker(
     check_eviction_policy = getattr(driver, "check_eviction_policy", None)
     if callable(check_eviction_policy):
         check_eviction_policy()  # logs a warning unless Redis refuses writes rather than evicting jobs
-    worker = worker_factory(manager, options=options, connection=args.connection)
+    worker = frontend.worker(manager, options, args.connection)
     if threading.current_thread() is threading.main_thread():
         worker.install_signal_handlers()
     log.info(
@@ -216,11 +265,23 @@ def run_worker(
     return worker.run()
 
 
-def cmd_failed(args: argparse.Namespace, out: IO[str]) -> int:
-    manager = _manager(args)
+def cmd_failed(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    manager = frontend.manager(args)
+    selected = _selected(manager, args.connection)
+    if args.id is not None:
+        for _, driver in selected:
+            one = driver.failed_job(args.id)
+            if one is not None:
+                if args.json:
+                    json.dump(_failed_dict(one), out, indent=2)
+                    out.write("\n")
+                else:
+                    _show_failed(out, one)
+                return EXIT_OK
+        raise _no_failed_job(frontend, args.id)
     found: list[FailedJob] = []
     total = 0
-    for _, driver in _selected(manager, args.connection):
+    for _, driver in selected:
         found.extend(driver.failed_jobs(limit=args.limit))
         total += driver.failed_count()
     found.sort(key=lambda failed: failed.failed_at, reverse=True)
@@ -250,6 +311,10 @@ def cmd_failed(args: argparse.Namespace, out: IO[str]) -> int:
     return EXIT_OK
 
 
+def _no_failed_job(frontend: Frontend, job_id: str) -> CommandError:
+    return CommandError(f"no failed job has id {job_id!r} ({frontend.command('queue:failed')} lists them)")
+
+
 def _failed_dict(failed: FailedJob) -> dict[str, Any]:
     return {
         "id": failed.id,
@@ -260,55 +325,97 @@ def _failed_dict(failed: FailedJob) -> dict[str, Any]:
         "attempts": failed.attempts,
         "max_attempts": failed.max_attempts,
         "error": failed.error,
+        "exception": failed.exception.to_dict(),
         "payload": failed.payload,
     }
 
 
-def cmd_retry(args: argparse.Namespace, out: IO[str]) -> int:
-    manager = _manager(args)
+def _show_failed(out: IO[str], failed: FailedJob) -> None:
+    """One failed job in full: its fields, the exception record, the payload and the traceback."""
+    info = failed.exception
+    fields = [
+        ("ID", failed.id),
+        ("Connection", failed.connection),
+        ("Queue", failed.queue),
+        ("Job", failed.name),
+        ("Failed at", f"{_when(failed.failed_at)} UTC"),
+        ("Tries", f"{failed.attempts}/{failed.max_attempts}"),
+        ("Error", failed.error),
+        *(
+            ("Caused by" if index == 0 else "", f"{kind}: {message}")
+            for index, (kind, message) in enumerate(info.causes)
+        ),
+        ("Timed out", "yes" if info.timed_out else "no"),
+        ("Crashed", "yes" if info.crashed else "no"),
+    ]
+    width = max(len(label) for label, _ in fields) + 2
+    for label, value in fields:
+        first, *rest = value.splitlines() or [""]
+        out.write(f"{label.ljust(width)}{first}".rstrip() + "\n")
+        for line in rest:
+            out.write(f"{' ' * width}{line}".rstrip() + "\n")
+    out.write("\nPayload:\n")
+    out.write(json.dumps(failed.payload, indent=2) + "\n")
+    out.write("\nTraceback:\n")
+    out.write(info.traceback if info.traceback.endswith("\n") else f"{info.traceback or '(none recorded)'}\n")
+
+
+def cmd_retry(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    from .errors import UniqueLockHeldError
+
+    manager = frontend.manager(args)
     selected = _selected(manager, args.connection)
     if args.id != "all":
-        for name, driver in selected:
-            if driver.retry_failed(args.id):
+        for name, _ in selected:
+            if manager.retry_failed(args.id, connection=name):
                 out.write(f"Queued failed job {args.id} again on connection {name}.\n")
                 return EXIT_OK
-        raise CommandError(f"no failed job has id {args.id!r} (queue:failed lists them)")
+        raise _no_failed_job(frontend, args.id)
     # Ids first, so a job that is retried and fails again meanwhile is not retried twice.
-    pending: list[tuple[BaseQueue, str]] = []
-    for _, driver in selected:
-        pending.extend((driver, failed.id) for failed in driver.failed_jobs(limit=max(driver.failed_count(), 1)))
+    pending: list[tuple[str, str]] = []
+    for name, driver in selected:
+        pending.extend((name, failed.id) for failed in driver.failed_jobs(limit=max(driver.failed_count(), 1)))
     progress = _Progress("Retrying", len(pending))
     retried = gone = 0
-    for done, (driver, job_id) in enumerate(pending, 1):
-        if driver.retry_failed(job_id):
-            retried += 1
-        else:
-            gone += 1
+    held: list[str] = []
+    for done, (name, job_id) in enumerate(pending, 1):
+        try:
+            if manager.retry_failed(job_id, connection=name):
+                retried += 1
+            else:
+                gone += 1
+        except UniqueLockHeldError as exc:
+            held.append(str(exc))
         progress.update(done)
     progress.finish()
-    note = f" ({gone} were already gone)" if gone else ""
+    notes = [f"{gone} were already gone"] if gone else []
+    if held:
+        notes.append(f"{len(held)} kept: a live copy holds their unique lock")
+    note = f" ({'; '.join(notes)})" if notes else ""
     out.write(f"Queued {retried} failed job(s) again{note}.\n")
+    for line in held:
+        out.write(f"  {line}\n")
     return EXIT_OK
 
 
-def cmd_forget(args: argparse.Namespace, out: IO[str]) -> int:
-    manager = _manager(args)
+def cmd_forget(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    manager = frontend.manager(args)
     for name, driver in _selected(manager, args.connection):
         if driver.forget_failed(args.id):
             out.write(f"Forgot failed job {args.id} on connection {name}.\n")
             return EXIT_OK
-    raise CommandError(f"no failed job has id {args.id!r} (queue:failed lists them)")
+    raise _no_failed_job(frontend, args.id)
 
 
-def cmd_reclaim(args: argparse.Namespace, out: IO[str]) -> int:
-    manager = _manager(args)
+def cmd_reclaim(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    manager = frontend.manager(args)
     for name, driver in _selected(manager, args.connection):
         out.write(f"{name} ({driver.driver.value}): {driver.reclaim_expired()} lapsed reservation(s) reclaimed\n")
     return EXIT_OK
 
 
-def cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
-    manager = _manager(args)
+def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    manager = frontend.manager(args)
     wanted = [q for q in (args.queue or "").split(",") if q]
     report: list[dict[str, Any]] = []
     for name, driver in _selected(manager, args.connection):
@@ -344,8 +451,8 @@ def cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
     return EXIT_OK
 
 
-def cmd_migrate(args: argparse.Namespace, out: IO[str]) -> int:
-    manager = _manager(args)
+def cmd_migrate(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    manager = frontend.manager(args)
     for name, driver in _selected(manager, args.connection):
         migrate: Callable[[], Any] | None = getattr(driver, "migrate", None)
         if migrate is None:
@@ -362,7 +469,7 @@ def cmd_migrate(args: argparse.Namespace, out: IO[str]) -> int:
     return EXIT_OK
 
 
-def cmd_make_job(args: argparse.Namespace, out: IO[str]) -> int:
+def cmd_make_job(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
     from .templates import render_job, render_test, scaffold
 
     try:
@@ -407,6 +514,10 @@ def _make_package(root: Path, folder: Path) -> None:
 # -- output helpers ------------------------------------------------------------------------------
 
 
+#: How much of a long cell (a failed job's error) a list shows off a terminal.
+_SQUEEZED_WIDTH = 100
+
+
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -419,11 +530,14 @@ def _table(
     squeeze: int | None = None,
     numeric: Sequence[int] = (),
 ) -> None:
-    """Columns padded to fit; on a terminal, column ``squeeze`` is cut to its width."""
+    """Columns padded to fit; column ``squeeze`` is cut to the terminal's width
+    (off a terminal, to :data:`_SQUEEZED_WIDTH` characters)."""
     widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
-    if squeeze is not None and out.isatty():
-        room = shutil.get_terminal_size((120, 24)).columns - sum(w + 2 for w in widths[:squeeze])
-        widths[squeeze] = max(20, min(widths[squeeze], room))
+    if squeeze is not None:
+        room = _SQUEEZED_WIDTH
+        if out.isatty():
+            room = max(20, shutil.get_terminal_size((120, 24)).columns - sum(w + 2 for w in widths[:squeeze]))
+        widths[squeeze] = max(len(headers[squeeze]), min(widths[squeeze], room))
         for row in rows:
             if len(row[squeeze]) > widths[squeeze]:
                 row[squeeze] = row[squeeze][: widths[squeeze] - 3] + "..."
@@ -462,7 +576,7 @@ class _Progress:
 
 # -- the parser ------------------------------------------------------------------------------------
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace, IO[str]], int]] = {
+_COMMANDS: dict[str, Callable[[Frontend, argparse.Namespace, IO[str]], int]] = {
     "queue:work": cmd_work,
     "queue:failed": cmd_failed,
     "queue:retry": cmd_retry,
@@ -503,24 +617,32 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(frontend: Frontend | None = None) -> _Parser:
+    """The argument parser of every command, named as ``frontend`` (default: ``rainier-sync``) names them."""
+    frontend = frontend or Frontend()
     app_help = "module:attribute of a QueueManager, or of a factory returning one (default: $RAINIER_APP)"
     # Accepted before and after the command; SUPPRESS keeps a subcommand from resetting what came before it.
     common = _Parser(add_help=False)
-    common.add_argument("--app", metavar="MODULE:ATTR", default=argparse.SUPPRESS, help=app_help)
+    if frontend.takes_app:
+        common.add_argument("--app", metavar="MODULE:ATTR", default=argparse.SUPPRESS, help=app_help)
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     parser = _Parser(
-        prog="rainier-sync",
+        prog=frontend.name,
         description="Run and manage rainier_sync job queues.",
-        epilog="Exit codes: 0 done, 1 an operation failed, 2 bad usage or configuration, 130 interrupted.",
+        epilog="Exit codes: 0 done, 1 an operation failed (or a backend cannot be reached), "
+        "2 bad usage or configuration, 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"rainier-sync {__version__}")
-    parser.add_argument("--app", metavar="MODULE:ATTR", help=app_help)
+    if frontend.takes_app:
+        parser.add_argument("--app", metavar="MODULE:ATTR", help=app_help)
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.commands = {}
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, parents=[common])
+        sub = commands.add_parser(name, help=help, description=help, parents=[common], prog=frontend.command(name))
+        parser.commands[name] = sub
+        return sub
 
     def connection_option(sub: argparse.ArgumentParser, what: str) -> None:
         sub.add_argument("--connection", metavar="NAME", help=f"only this connection (default: {what})")
@@ -528,6 +650,17 @@ def build_parser() -> argparse.ArgumentParser:
     work = command("queue:work", "Run jobs until stopped (SIGTERM/SIGINT stop it gracefully).")
     work.add_argument("--queue", metavar="A,B", help="queues in priority order (default: default)")
     work.add_argument("--once", action="store_true", help="run what is due, then exit")
+    work.add_argument(
+        "--fail-on-failed",
+        action="store_true",
+        help="with --once or --max-jobs: exit 1 when a job of this run failed for good",
+    )
+    work.add_argument(
+        "--give-up",
+        type=_seconds,
+        metavar="SECONDS",
+        help="with --once: exit 1 once the backend has kept failing this long (default: 30)",
+    )
     work.add_argument("--max-jobs", type=_positive_int, metavar="N", help="exit after taking N jobs")
     work.add_argument("--sleep", type=_seconds, metavar="SECONDS", help="longest idle wait (default: 1)")
     work.add_argument("--concurrency", type=_positive_int, metavar="N", help="threads running jobs (default: 8)")
@@ -546,10 +679,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     work.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
 
-    failed = command("queue:failed", "List failed jobs, newest first.")
+    failed = command("queue:failed", "List failed jobs, newest first; with an ID, show that one in full.")
+    failed.add_argument("id", nargs="?", metavar="ID", help="a failed job's id: show it whole, traceback included")
     failed.add_argument("--limit", type=_positive_int, default=50, metavar="N", help="at most N (default: 50)")
     connection_option(failed, "all")
-    failed.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    failed.add_argument("--json", action="store_true", help="print JSON (with the exception record) instead")
 
     retry = command("queue:retry", "Queue a failed job again, or all of them.")
     retry.add_argument("id", metavar="ID|all", help="a failed job's id, or 'all'")
@@ -596,30 +730,46 @@ def _configure_logging(verbose: bool, command: str) -> Callable[[], None]:
     return restore
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
-    from .errors import ConfigurationError, NoQueueConfiguredError, RainierError, UnknownConnectionError
+def main(argv: Sequence[str] | None = None, *, frontend: Frontend | None = None) -> int:
+    """Run the command line; returns the exit code. ``frontend`` names the
+    program in messages and finds the manager (default: ``rainier-sync``)."""
+    from .errors import (
+        ConfigurationError,
+        NoQueueConfiguredError,
+        QueueUnavailableError,
+        RainierError,
+        UnknownConnectionError,
+    )
 
+    frontend = frontend or Frontend()
     arguments = list(sys.argv[1:] if argv is None else argv)
     verbose = "-v" in arguments or "--verbose" in arguments
     args: argparse.Namespace | None = None
     restore_logging: Callable[[], None] | None = None
     try:
-        args = build_parser().parse_args(arguments)
+        parser = build_parser(frontend)
+        try:
+            args, extras = parser.parse_known_args(arguments)
+        except SystemExit as exc:  # --help, --version
+            return exc.code if isinstance(exc.code, int) else EXIT_OK
         if args.command is None:
-            build_parser().print_help()
-            return EXIT_OK
+            parser.print_help(sys.stderr)
+            raise UsageError(f"no command given (see {frontend.name} --help)")
+        if extras:
+            raise _unrecognized(parser.commands[args.command], extras)
         verbose = args.verbose
         restore_logging = _configure_logging(verbose, args.command)
-        return _COMMANDS[args.command](args, sys.stdout)
+        return _COMMANDS[args.command](frontend, args, sys.stdout)
     except KeyboardInterrupt:
-        return _fail("interrupted", EXIT_INTERRUPTED, verbose)
+        return _fail(frontend, "interrupted", EXIT_INTERRUPTED, verbose)
+    except QueueUnavailableError as exc:  # an outage, even when its class derives from ConfigurationError too
+        return _fail(frontend, str(exc), EXIT_FAILURE, verbose)
     except (UsageError, ConfigurationError, UnknownConnectionError, NoQueueConfiguredError) as exc:
-        return _fail(str(exc), EXIT_USAGE, verbose)
+        return _fail(frontend, str(exc), EXIT_USAGE, verbose)
     except (CommandError, RainierError) as exc:
-        return _fail(str(exc), EXIT_FAILURE, verbose)
+        return _fail(frontend, str(exc), EXIT_FAILURE, verbose)
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback, unless -v
-        return _fail(f"{_one_line(exc)} (-v shows the traceback)", EXIT_FAILURE, verbose)
+        return _fail(frontend, f"{_one_line(exc)} (-v shows the traceback)", EXIT_FAILURE, verbose)
     finally:
         manager = getattr(args, "booted", None)
         if manager is not None:
@@ -631,10 +781,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             restore_logging()
 
 
-def _fail(message: str, code: int, verbose: bool) -> int:
+def _fail(frontend: Frontend, message: str, code: int, verbose: bool) -> int:
     if verbose:
         traceback.print_exc(file=sys.stderr)
-    sys.stderr.write(f"rainier-sync: error: {' '.join(message.split())}\n")
+    sys.stderr.write(f"{frontend.name}: error: {' '.join(message.split())}\n")
     return code
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "JobTimeoutError",
     "JobCrashedError",
     "QueueUnavailableError",
+    "UniqueLockHeldError",
 ]
 
 
@@ -64,3 +65,7 @@ class JobCrashedError(RainierError):
 
 class QueueUnavailableError(RainierError):
     """The backend kept failing (a ``once`` worker gives up rather than hang)."""
+
+
+class UniqueLockHeldError(RainierError):
+    """A failed unique job cannot be retried: a live copy of it holds its lock."""

@@ -7,8 +7,8 @@ import threading
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from . import backoff as _backoff
-from .errors import PayloadError
-from .types import encode
+from .errors import JobDefinitionError, PayloadError
+from .types import MAX_COUNT, encode
 
 if TYPE_CHECKING:
     from .container import Container
@@ -19,7 +19,78 @@ T = TypeVar("T")
 J = TypeVar("J", bound="Job")
 
 _DEFAULT_BACKOFF = _backoff.exponential(base=1, cap=64)
+#: The deepest nesting of lists and objects a payload may have: every worker
+#: must be able to read it back, and JSON parsers recurse.
+MAX_DEPTH = 200
+_CONTAINERS = frozenset({dict, list, tuple})
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def check_queue_name(queue: Any) -> str:
+    """``queue`` if it can name a queue on every driver; else a ValueError naming it."""
+    if not isinstance(queue, str) or not queue:
+        raise ValueError(f"queue must be a non-empty string, got {queue!r}")
+    if "\x00" in queue:
+        raise ValueError(f"queue name {queue!r} contains a NUL character, which no backend can store")
+    return queue
+
+
+def check_count(name: str, value: Any, least: int) -> int:
+    """``value`` if it is an int a worker can read back (``least`` to ``MAX_COUNT``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not least <= value <= MAX_COUNT:
+        raise ValueError(f"{name} must be between {least} and {MAX_COUNT}, got {value!r}")
+    return value
+
+
+def check_job_class(job_class: type[Job]) -> None:
+    """Refuse a job class whose ``NAME``, ``QUEUE``, ``TRIES`` or ``PRIORITY`` no
+    worker could read back, with :class:`JobDefinitionError` naming the class."""
+    try:
+        if "\x00" in job_class.NAME:
+            raise ValueError(f"NAME {job_class.NAME!r} contains a NUL character, which no backend can store")
+        check_queue_name(job_class.QUEUE)
+        check_count("TRIES", job_class.TRIES, 1)
+        check_count("PRIORITY", job_class.PRIORITY, -MAX_COUNT)
+    except (TypeError, ValueError) as exc:
+        raise JobDefinitionError(f"{job_class.__qualname__}: {exc}") from None
+
+
+def _wire_problem(value: Any, text: str) -> str | None:
+    """What keeps ``value`` (encoded as ``text``) from arriving as it was sent: a
+    string UTF-8 cannot carry, a key that is not a string, nesting too deep to
+    read back. None when it travels intact."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"holds {exc.object[exc.start:exc.end]!r}, a lone surrogate that UTF-8 cannot encode"
+    objects = text.count("{")  # brackets inside strings only make these counts err on the side of a walk
+    if objects == (type(value) is dict) and objects + text.count("[") <= MAX_DEPTH:
+        # Shallow, with no object below the top one: only its own keys are left to check.
+        if objects and not all(type(key) is str for key in value):
+            return _walk(value, 0)
+        return None
+    return _walk(value, 0)
+
+
+def _walk(value: Any, depth: int) -> str | None:
+    if depth > MAX_DEPTH:
+        return f"is nested more than {MAX_DEPTH} levels deep"
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"has the key {key!r}, which is not a string (JSON keys are strings: it would arrive as " \
+                    f"{encode(key)!r})"
+            if type(item) in _CONTAINERS and (problem := _walk(item, depth + 1)) is not None:
+                return problem
+    elif kind is list or kind is tuple:
+        for item in value:
+            if type(item) in _CONTAINERS and (problem := _walk(item, depth + 1)) is not None:
+                return problem
+    return None
 
 
 class Job:
@@ -88,22 +159,45 @@ class Job:
 
     def encoded_payload(self) -> tuple[dict[str, Any], str]:
         """The payload and its JSON text; :class:`PayloadError` naming the field
-        that cannot be serialised."""
+        that cannot cross the wire as it is."""
         payload = self.to_payload()
         if not isinstance(payload, dict):
             raise PayloadError(f"{type(self).__qualname__}.to_payload() must return a dict")
         try:
-            return payload, encode(payload)
-        except (TypeError, ValueError) as exc:
-            name = getattr(type(self), "NAME", type(self).__qualname__)
-            for key, value in payload.items():
-                try:
-                    encode(value)
-                except (TypeError, ValueError) as field_exc:
-                    raise PayloadError(
-                        f"job {name!r}: field {key!r} is not JSON-serialisable ({type(value).__name__}): {field_exc}"
-                    ) from None
-            raise PayloadError(f"job {name!r}: payload is not JSON-serialisable: {exc}") from None
+            text = encode(payload)
+        except (TypeError, ValueError, RecursionError):
+            raise self._payload_error(payload) from None
+        # Most payloads are flat dataclass fields, in plain ASCII: nothing more to look at.
+        if (
+            not text.isascii()
+            or not _CONTAINERS.isdisjoint(map(type, payload.values()))
+            or type(self).to_payload is not _DATACLASS_PAYLOAD
+        ):
+            if _wire_problem(payload, text) is not None:
+                raise self._payload_error(payload)
+        return payload, text
+
+    def _payload_error(self, payload: dict[str, Any]) -> PayloadError:
+        """The error naming the first field of ``payload`` that cannot go on the wire."""
+        name = getattr(type(self), "NAME", type(self).__qualname__)
+        for key, value in payload.items():
+            if type(key) is not str:
+                return PayloadError(
+                    f"job {name!r}: payload key {key!r} is not a string (JSON keys are strings: "
+                    f"it would arrive as {encode(key)!r})"
+                )
+            try:
+                text = encode(value)
+            except RecursionError:
+                return PayloadError(f"job {name!r}: field {key!r} is nested more than {MAX_DEPTH} levels deep")
+            except (TypeError, ValueError) as exc:
+                return PayloadError(
+                    f"job {name!r}: field {key!r} is not JSON-serialisable ({type(value).__name__}): {exc}"
+                )
+            problem = _wire_problem(value, text)
+            if problem is not None:
+                return PayloadError(f"job {name!r}: field {key!r} {problem}")
+        return PayloadError(f"job {name!r}: payload is not JSON-serialisable")
 
 
 class JobContext:
@@ -154,3 +248,6 @@ class JobContext:
             f"JobContext(id={self.id!r}, name={self.name!r}, queue={self.queue!r}, "
             f"attempt={self.attempt}/{self.max_attempts})"
         )
+
+
+_DATACLASS_PAYLOAD = Job.to_payload

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from . import _clock
 from .container import Container
-from .errors import JobDefinitionError, NoQueueConfiguredError, UnknownConnectionError
-from .job import Job
+from .errors import JobDefinitionError, NoQueueConfiguredError, UniqueLockHeldError, UnknownConnectionError
+from .job import Job, check_count, check_job_class, check_queue_name
 from .registry import JobRegistry
-from .types import QueuedJob
+from .types import MAX_COUNT, QueuedJob
 
 if TYPE_CHECKING:
     from .config import QueueResources
@@ -28,6 +28,8 @@ log = logging.getLogger("rainier_sync")
 
 #: Jobs per slice when a driver stores a batch as it is built.
 _SLICE = 200
+#: Job classes whose settings a dispatch has checked.
+_checked_classes: set[type] = set()
 
 
 def new_id() -> str:
@@ -61,9 +63,7 @@ class PendingDispatch:
         self._within: Any = None
 
     def on_queue(self, queue: str) -> PendingDispatch:
-        if not isinstance(queue, str) or not queue:
-            raise ValueError(f"queue must be a non-empty string, got {queue!r}")
-        self._queue = queue
+        self._queue = check_queue_name(queue)
         return self
 
     def on_connection(self, connection: str) -> PendingDispatch:
@@ -78,13 +78,11 @@ class PendingDispatch:
     def tries(self, tries: int) -> PendingDispatch:
         if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
             raise ValueError(f"tries must be an int >= 1, got {tries!r}")
-        self._tries = tries
+        self._tries = check_count("tries", tries, 1)
         return self
 
     def priority(self, priority: int) -> PendingDispatch:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(f"priority must be an int, got {priority!r}")
-        self._priority = priority
+        self._priority = check_count("priority", priority, -MAX_COUNT)
         return self
 
     def within(self, connection: Any) -> PendingDispatch:
@@ -236,6 +234,35 @@ class QueueManager:
             if queued.unique_key is not None and self.locks is not None and queued.unique_owner:
                 self.locks.release(queued.unique_key, queued.unique_owner)
 
+    def retry_failed(self, id: str, connection: str | None = None) -> bool:
+        """Queue a failed job again (attempts reset); False when no failed job has ``id``.
+
+        A unique job takes its lock again first, so a fresh dispatch of the same
+        job is dropped as a duplicate while the retried one is queued. When a live
+        copy holds the lock, :class:`~rainier_sync.errors.UniqueLockHeldError` says
+        so and the failed entry stays where it is.
+        """
+        driver = self.connection(connection)
+        failed = driver.failed_job(id)
+        queued = failed.job if failed is not None else None
+        if queued is None or queued.unique_key is None or self.locks is None:
+            return driver.retry_failed(id)
+        key = queued.unique_key
+        owner = queued.unique_owner = queued.unique_owner or new_id()
+        if not self.locks.acquire(key, owner, queued.unique_for or 3600):
+            raise UniqueLockHeldError(
+                f"failed job {id} ({queued.name}) was not retried: it is unique ({key}) and a copy of it is queued "
+                "or running now; its failed entry is kept"
+            )
+        try:
+            retried = driver.retry_failed(id)
+        except BaseException:
+            self._release_locks([queued])
+            raise
+        if not retried:
+            self._release_locks([queued])
+        return retried
+
     # -- internals -------------------------------------------------------------------
     def build(
         self,
@@ -278,6 +305,9 @@ class QueueManager:
         name = getattr(job_class, "NAME", None)
         if not isinstance(name, str) or not name:
             raise JobDefinitionError(f"{job_class.__qualname__} has no NAME: it cannot go on the wire")
+        if job_class not in _checked_classes:
+            check_job_class(job_class)
+            _checked_classes.add(job_class)
         known = self.registry._jobs.get(name)
         if known is not None and known is not job_class:
             raise JobDefinitionError(

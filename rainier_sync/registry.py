@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator, TypeVar
 
 from .errors import JobDefinitionError, UnknownJobError
-from .job import Job
+from .job import Job, check_job_class
 
 __all__ = ["JobRegistry"]
 
@@ -47,6 +47,7 @@ class JobRegistry:
             raise JobDefinitionError(
                 f"{job_class.__qualname__}.MEMORY_LIMIT must be a positive number of bytes or None, got {memory!r}"
             )
+        check_job_class(job_class)
         self._jobs[name] = job_class
         return job_class
 

@@ -9,6 +9,8 @@ worker (or the driver) as sender and keyword arguments:
 - ``job_failed(job, connection, error, exception)``: attempts exhausted.
 - ``job_attempt_failed(job, connection, attempt, final_attempt, error, exception)``:
   every failed attempt, released or failed for good (for an error reporter).
+- ``job_interrupted(job, connection)``: an attempt the worker's stop cut short
+  (its grace ran out), handed back without spending a try.
 - ``queue_message_discarded(connection, error, exception, raw)``: a message the
   driver could not read.
 - ``queue_operation_failed(connection, operation, error, exception)``: an
@@ -33,6 +35,7 @@ __all__ = [
     "job_released",
     "job_failed",
     "job_attempt_failed",
+    "job_interrupted",
     "queue_message_discarded",
     "queue_operation_failed",
     "emit",
@@ -45,6 +48,7 @@ job_processed = _signals.signal("job-processed")
 job_released = _signals.signal("job-released")
 job_failed = _signals.signal("job-failed")
 job_attempt_failed = _signals.signal("job-attempt-failed")
+job_interrupted = _signals.signal("job-interrupted")
 queue_message_discarded = _signals.signal("queue-message-discarded")
 queue_operation_failed = _signals.signal("queue-operation-failed")
 

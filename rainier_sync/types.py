@@ -154,32 +154,61 @@ class QueuedJob:
         unique = data.get("unique")
         try:
             queue = data.get("queue", "default")
-            return cls(
+            job = cls(
                 job_id,
                 name,
                 queue if type(queue) is str else str(queue),
                 payload,
                 connection,
-                int(data.get("attempts", 0)),
-                int(data.get("max_attempts", 1)),
-                int(data.get("priority", 0)),
-                float(data.get("available_at", 0.0)),
+                _count(data, "attempts", 0, 0),
+                _count(data, "max_attempts", 1, 1),
+                _count(data, "priority", 0, -MAX_COUNT),
+                _time(data, "available_at"),
                 unique[0] if unique else None,
                 unique[1] if unique else None,
                 unique[2] if unique else None,
-                float(data.get("dispatched_at", 0.0)),
+                _time(data, "dispatched_at"),
                 receipt,
             )
         except (TypeError, ValueError, IndexError) as exc:
-            raise PayloadError(f"job {name!r}: malformed envelope: {exc}") from None
+            raise PayloadError(f"job {name!r} ({job_id}): malformed envelope: {exc}") from None
+        return job
 
     @classmethod
     def decode(cls, text: str | bytes, *, connection: str = "default", receipt: Any = None) -> QueuedJob:
+        """Rebuild from envelope JSON; raises :class:`PayloadError` saying what is wrong."""
         try:
             data = decode(text)
         except ValueError as exc:
             raise PayloadError(f"a queued job is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise PayloadError("a queued job is nested too deeply to read") from None
         return cls.from_wire(data, connection=connection, receipt=receipt)
+
+
+#: The largest attempt count or priority an envelope may carry.
+MAX_COUNT = 1_000_000
+
+
+def _count(data: dict[str, Any], key: str, default: int, least: int) -> int:
+    """A whole number field of an envelope, between ``least`` and :data:`MAX_COUNT`."""
+    value = data.get(key, default)
+    if type(value) is not int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{key} must be a whole number, got {value!r}")
+    if not least <= value <= MAX_COUNT:
+        raise ValueError(f"{key} {value} is outside {least}..{MAX_COUNT}")
+    return value
+
+
+def _time(data: dict[str, Any], key: str) -> float:
+    """A time field of an envelope: seconds since the epoch, finite."""
+    value = data.get(key, 0.0)
+    if type(value) is bool or not isinstance(value, (int, float)) or value - value:
+        raise ValueError(f"{key} must be a finite number of seconds, got {value!r}")
+    return float(value)
 
 
 @dataclass(slots=True, frozen=True)

@@ -20,7 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _clock, signals
-from ._execution import ABANDONED, FAILED, PROCESSED, RELEASED, Completion, Executor
+from ._execution import ABANDONED, FAILED, INTERRUPTED, PROCESSED, RELEASED, Completion, Executor
 from ._pool import Pool
 from ._supervisor import Supervisor, load_child_setup, supported
 from .errors import ConfigurationError, QueueUnavailableError
@@ -36,8 +36,8 @@ __all__ = ["Worker", "WorkerOptions", "WorkerStats"]
 
 log = logging.getLogger("rainier_sync")
 
-#: Backend failures in a row after which a ``once`` worker gives up.
-ONCE_GIVE_UP = 6
+#: Seconds of failing backend operations after which a ``once`` worker gives up (the default).
+ONCE_GIVE_UP = 30.0
 #: Seconds of work, at the jobs' measured pace, a worker claims ahead of its threads.
 PREFETCH_WINDOW = 0.05
 #: Seconds a finished job may wait to be acknowledged with the next batch while the worker is busy.
@@ -65,6 +65,11 @@ class WorkerOptions:
     - ``timeout``: seconds an attempt may run when its job sets no ``TIMEOUT``;
       a timed attempt runs in a supervised child process. None: no limit.
     - ``once``: run what is due, then return (the cron mode).
+    - ``give_up``: with ``once``, seconds the backend may keep failing (every
+      failed operation counts, from the first of a run of failures to the next
+      success) before the run ends with
+      :class:`~rainier_sync.errors.QueueUnavailableError`: long enough to ride
+      out a blip, short enough that a cron run never overlaps the next one.
     - ``grace``: seconds running jobs get to finish after :meth:`Worker.stop`.
     - ``heartbeat``: seconds between reservation renewals (default: a third
       of the driver's reservation).
@@ -88,6 +93,7 @@ class WorkerOptions:
     max_jobs: int | None = None
     timeout: float | None = None
     once: bool = False
+    give_up: float = ONCE_GIVE_UP
     connection: str | None = None
     grace: float = 30.0
     heartbeat: float | None = None
@@ -111,6 +117,7 @@ class WorkerOptions:
         _positive("sleep", self.sleep, allow_zero=True)
         _positive("timeout", self.timeout, allow_none=True)
         _positive("grace", self.grace, allow_zero=True)
+        _positive("give_up", self.give_up, allow_zero=True)
         _positive("heartbeat", self.heartbeat, allow_none=True)
         _positive("reclaim_interval", self.reclaim_interval)
         _positive("max_jobs_per_child", self.max_jobs_per_child, allow_none=True)
@@ -129,12 +136,20 @@ class WorkerOptions:
 @dataclass
 class WorkerStats:
     """What a worker run did: jobs ``processed`` (succeeded), ``released`` for
-    another attempt, ``failed`` for good, and ``idles`` (waits on an empty queue)."""
+    another attempt, ``failed`` for good, ``idles`` (waits on an empty queue),
+    ``discarded`` (stored jobs that could not be read, moved to the failed
+    store), ``deferred`` and ``skipped`` (by a job's middleware), and
+    ``interrupted`` (attempts cut short by :meth:`Worker.stop`, handed back
+    without spending a try)."""
 
     processed: int = 0
     released: int = 0
     failed: int = 0
     idles: int = 0
+    discarded: int = 0
+    deferred: int = 0
+    skipped: int = 0
+    interrupted: int = 0
 
 
 class Worker:
@@ -202,6 +217,10 @@ class Worker:
         self._child_setup = load_child_setup(self.options.child_setup)
         self._children_interrupted_at: float | None = None
         self._last_error = ""
+        #: When the backend's current run of failures began (None: its last operation worked).
+        self._failing_since: float | None = None
+        #: The owning loop's thread: discards it hears of while claiming are this worker's.
+        self._loop_thread: int | None = None
 
     # -- control -----------------------------------------------------------------------
     @property
@@ -278,10 +297,15 @@ class Worker:
         next_beat = self._next_beat = _clock.monotonic() + beat if beat else float("inf")
         next_reclaim = 0.0
         failures = 0
+        self._failing_since = None
+        self._loop_thread = threading.get_ident()
+        signals.queue_message_discarded.connect(self._heard_discard, sender=driver, weak=False)
         pool = self._start_pool()
         try:
             while True:
                 self._waker.clear()
+                if opts.once:
+                    self._check_give_up()
                 signalled, self._signalled = self._signalled, None
                 if signalled is not None:
                     self.stop(signalled[0])
@@ -338,14 +362,18 @@ class Worker:
                         timeout = ACK_DELAY if timeout is None else min(timeout, ACK_DELAY)
                     self._waker.wait(timeout)
                     continue
+                discarded = self.stats.discarded
                 jobs = self._settle_and_claim(limit)
                 if jobs is None:
                     failures = self._backend_failed(failures)
                     continue
                 failures = 0
+                self._failing_since = None
                 if jobs:
                     self._hand_out(pool, jobs)
                     continue
+                if self.stats.discarded > discarded:
+                    continue  # the claim met only unreadable jobs: jobs due behind them may be waiting
                 if opts.once and not self._running and not self._done:
                     break
                 if pool.waiting():
@@ -361,6 +389,7 @@ class Worker:
                     self._operation_failed("wait_for_jobs", exc)
                     self._waker.wait(wait)
         finally:
+            signals.queue_message_discarded.disconnect(self._heard_discard)
             self._stop_notice.set()
             self._gather_unstarted(pool)
             if self._unstarted and not self._give_back():
@@ -396,20 +425,35 @@ class Worker:
         """Pause after a failed backend operation (longer each time, at most 5 s).
 
         A resident worker keeps trying for as long as it runs; a ``once`` worker
-        (a cron run) gives up after ``ONCE_GIVE_UP`` failures in a row, so the
-        run ends with an error instead of hanging until the next one starts.
+        (a cron run) gives up once the backend has kept failing for
+        ``WorkerOptions.give_up`` seconds, so the run ends with an error instead
+        of hanging until the next one starts.
         """
         failures += 1
-        if self.options.once and failures >= ONCE_GIVE_UP:
-            raise QueueUnavailableError(
-                f"connection {self.connection_name!r} failed {failures} times in a row; giving up this --once run "
-                f"(last error: {self._last_error})"
-            )
+        if self.options.once:
+            self._check_give_up()
         pause = min(0.05 * 2 ** min(failures, 7), 5.0)
         if self._running or self._unsettled:
             pause = min(pause, max(0.0, self._next_beat - _clock.monotonic()))  # never skip a heartbeat
         self._waker.wait(pause)
         return failures
+
+    def _check_give_up(self) -> None:
+        """End a ``once`` run whose backend has kept failing for ``give_up`` seconds."""
+        since = self._failing_since
+        if since is None:
+            return
+        failing = _clock.monotonic() - since
+        if failing >= self.options.give_up:
+            raise QueueUnavailableError(
+                f"connection {self.connection_name!r} kept failing for {failing:.1f}s; giving up this --once run "
+                f"(last error: {self._last_error})"
+            )
+
+    def _heard_discard(self, sender: Any, **kwargs: Any) -> None:
+        """Count the unreadable jobs the driver moved aside while this worker's loop claimed."""
+        if threading.get_ident() == self._loop_thread:
+            self.stats.discarded += 1
 
     def _grace_over(self) -> bool:
         return self._stopped_at is not None and _clock.monotonic() - self._stopped_at >= self.options.grace
@@ -517,7 +561,7 @@ class Worker:
         for completion in completions:
             running.pop(id(completion.job), None)
             outcome = completion.outcome
-            if outcome != ABANDONED:
+            if outcome != ABANDONED and outcome != INTERRUPTED:
                 # Quick to rise, slow to fall: one slow job shrinks the prefetch at once.
                 duration = completion.duration
                 if pace is None:
@@ -530,6 +574,8 @@ class Worker:
                 stats.released += 1
             elif outcome == FAILED:
                 stats.failed += 1
+            elif outcome == INTERRUPTED:
+                stats.interrupted += 1
             if completion.interrupted and not self._stop.is_set():
                 log.warning("a job raised %s: stopping the worker", type(completion.exception).__name__)
                 self.stop()
@@ -573,10 +619,28 @@ class Worker:
         return _clock.monotonic() - self._children_interrupted_at < supervisor.kill_grace + 5.0
 
     def _abandon_running(self) -> None:
-        left = len(self._running)
+        """The grace is over: hand back the attempts still running in threads, without
+        spending a try (their threads cannot be stopped; the process is on its way out)."""
+        self._collect(_clock.monotonic())
+        finished = {id(c.job) for c in self._unsettled}
+        cut_short = [job for key, job in self._running.items() if key not in finished]
+        if cut_short:
+            completions = [Completion(job, INTERRUPTED, interrupted=True) for job in cut_short]
+            try:
+                self.driver.give_back(cut_short)
+            except Exception as exc:  # noqa: BLE001 - their reservations lapse and they run again
+                self._operation_failed("give_back", exc)
+                log.warning(
+                    "grace period over: %d running job(s) could not be handed back; they run again once "
+                    "their reservations lapse",
+                    len(cut_short),
+                )
+            else:
+                self._announce(completions)
+        left = len(self._unsettled)
         if left:
             log.warning(
-                "grace period over: abandoning %d claimed job(s); their reservations will lapse "
+                "grace period over: %d finished job(s) could not be settled; their reservations will lapse "
                 "and another worker will run them again",
                 left,
             )
@@ -593,6 +657,8 @@ class Worker:
     def _operation_failed(self, operation: str, exc: BaseException) -> None:
         info = ExceptionInfo.from_exception(exc)
         self._last_error = f"{operation}: {info.error}"
+        if self._failing_since is None:
+            self._failing_since = _clock.monotonic()
         log.error("queue operation %s on connection %r failed: %s", operation, self.connection_name, info.error)
         signals.emit(
             signals.queue_operation_failed,
@@ -651,6 +717,9 @@ class Worker:
 
     def run_attempt(self, job: QueuedJob, stop_requested: threading.Event) -> Completion:
         """Run one attempt: in this thread, or in a supervised child when it has a time limit."""
+        lost = self.executor.lost(job)
+        if lost is not None:
+            return lost
         timeout = self.attempt_timeout(job)
         if timeout is not None:
             supervisor = self._get_supervisor()

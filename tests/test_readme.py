@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -35,3 +37,31 @@ def test_quickstart_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "processed" in done.stdout and "failed 0" in done.stdout
+
+
+def test_the_server_checks_look_where_the_test_urls_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``TEST_*_URL`` override moves the "is it running?" check too: a server on
+    the default port does not stand in for the one the URL names."""
+    from tests import support
+    from tests.services import servers
+
+    monkeypatch.setattr(support, "IN_CI", False)
+    port = support.free_port()
+    for url in (
+        f"postgresql://postgres@127.0.0.1:{port}/test",
+        f"mysql://root@127.0.0.1:{port}/test",
+        f"redis://127.0.0.1:{port}/13",
+    ):
+        with pytest.raises(pytest.skip.Exception, match=f"on 127.0.0.1:{port} is not reachable"):
+            servers.require(url)
+
+
+def test_readme_says_what_the_tests_need() -> None:
+    from tests.services import servers
+
+    text = " ".join((ROOT / "README.rst").read_text().split())
+    for default in (servers.DEFAULT_POSTGRES_URL, servers.DEFAULT_MYSQL_URL, servers.DEFAULT_REDIS_URL):
+        assert f"``{default}``" in text
+    for variable in ("TEST_POSTGRES_URL", "TEST_MYSQL_URL", "TEST_REDIS_URL", "CI=true"):
+        assert f"``{variable}" in text
+    assert "database number 13" in text and servers.DEFAULT_REDIS_URL.endswith("/13")

@@ -6,6 +6,7 @@ Development (the worker runs in a thread of the web process)::
 
 Production (the web process only dispatches; workers run on their own)::
 
+    export SECRET_KEY=$(python -c 'import secrets; print(secrets.token_hex())')
     flask --app examples.flask_app queue migrate
     gunicorn 'examples.flask_app:create_app()'
     flask --app examples.flask_app queue work --queue mail,default
@@ -14,6 +15,11 @@ Both use one SQLite file for the app's own table and for the queue, so the
 signup and its welcome job are written in the same transaction: either both
 are stored or neither is. The dashboard is at ``/queues`` for a visitor who
 logged in at ``/login`` with ``DASHBOARD_PASSWORD``.
+
+The session that holds that login is signed with ``SECRET_KEY``, read from
+the environment: the app refuses to start without it, except in debug and
+testing runs, which make up a throwaway key (logins last as long as the
+process).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import hmac
 import os
 import pathlib
+import secrets
 from contextlib import closing
 from typing import Any, Mapping
 
@@ -39,13 +46,23 @@ queues = RainierSync(dashboard_url="/queues")
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config.from_mapping(
-        SECRET_KEY=os.environ.get("SECRET_KEY", "development only: set SECRET_KEY"),
+        SECRET_KEY=os.environ.get("SECRET_KEY") or None,
         APP_DATABASE=os.environ.get("APP_DATABASE", str(pathlib.Path(app.instance_path) / "app.db")),
         DASHBOARD_PASSWORD=os.environ.get("DASHBOARD_PASSWORD", ""),
         EMBEDDED_WORKER=os.environ.get("EMBEDDED_WORKER", "") == "1",
     )
     if config:
         app.config.update(config)
+    if not app.config["SECRET_KEY"]:
+        # Whoever knows the key can sign a session that is logged in to the dashboard:
+        # a key written here would be known to everyone who has read this file.
+        if not (app.debug or app.testing):
+            raise RuntimeError(
+                "SECRET_KEY is not set: put a long random secret in the SECRET_KEY environment variable "
+                "(python -c 'import secrets; print(secrets.token_hex())' makes one); only debug and testing "
+                "runs go without, on a throwaway key"
+            )
+        app.config["SECRET_KEY"] = secrets.token_hex(32)
     database = pathlib.Path(app.config["APP_DATABASE"]).resolve()
     database.parent.mkdir(parents=True, exist_ok=True)
 

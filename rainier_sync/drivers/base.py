@@ -233,6 +233,13 @@ class BaseQueue(ABC):
     def failed_count(self) -> int:
         return len(self.failed_jobs(limit=1_000_000))
 
+    def failed_job(self, id: str) -> FailedJob | None:
+        """One failed job by id, or None. The default reads the whole failed store."""
+        for failed in self.failed_jobs(limit=max(self.failed_count(), 1)):
+            if failed.id == id:
+                return failed
+        return None
+
     # -- inspection --------------------------------------------------------
     @abstractmethod
     def size(self, queue: str | None = None) -> int:

@@ -7,7 +7,8 @@
 - runs every job inside a fresh ``app.app_context()`` (:class:`FlaskWorker`);
 - adds ``flask queue work|failed|retry|forget|reclaim|status|migrate``;
 - mounts the dashboard (:mod:`rainier_sync.flask.dashboard`), which refuses
-  every request until the app gives it an authorisation callback.
+  every request until the app gives it an authorisation callback, and will not
+  serve without a secret key of the app's own (:data:`SHIPPED_SECRET_KEYS`).
 
 State lives in ``app.extensions["rainier_sync"]``; the extension object keeps
 no reference to an app, so one object can serve several apps (the
@@ -37,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "rainier_sync.flask needs Flask: pip install 'rainier_sync[flask]'"
     ) from exc
 
-__all__ = ["RainierSync", "FlaskWorker", "Throughput", "get_state", "EXTENSION_KEY"]
+__all__ = ["RainierSync", "FlaskWorker", "Throughput", "get_state", "EXTENSION_KEY", "SHIPPED_SECRET_KEYS"]
 
 #: The key of this extension's state in ``app.extensions``.
 EXTENSION_KEY = "rainier_sync"
@@ -48,6 +49,58 @@ CONFIG_SECTION = "RAINIER_QUEUES"
 CONFIG_DRIVER = "QUEUE_DRIVER"
 
 Authorize = Callable[[], bool]
+
+#: Every secret key rainier_sync has published, in its examples, docs, tests
+#: and benchmarks, now or in an earlier release. Anyone can sign a Flask
+#: session with one of them, so an app using one as ``SECRET_KEY`` (or in
+#: ``SECRET_KEY_FALLBACKS``) would let a forged session cookie through the
+#: dashboard's login and CSRF check: the dashboard refuses to run with them.
+#: A test scans the repository so that a key written anywhere in it is here.
+SHIPPED_SECRET_KEYS: frozenset[str] = frozenset(
+    {
+        "development only: set SECRET_KEY",  # examples/flask_app, when SECRET_KEY was not set
+        "test-secret",  # the Flask tests' apps
+        "bench",  # tests/benchmarks/bench_flask.py
+        "...",  # the docs' sample configuration
+    }
+)
+_SHIPPED_KEY_BYTES = frozenset(key.encode("utf-8") for key in SHIPPED_SECRET_KEYS)
+
+
+def _key_bytes(key: object) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    return str(key).encode("utf-8") if key is not None else b""
+
+
+def _secret_key_problem(app: Flask) -> str | None:
+    """Why ``app``'s secret key cannot protect the dashboard's session and
+    CSRF token (it is not set, or it is one of :data:`SHIPPED_SECRET_KEYS`),
+    or ``None`` when it can."""
+    key = _key_bytes(app.secret_key)
+    if not key.strip():
+        return "app.config['SECRET_KEY'] is not set"
+    if key in _SHIPPED_KEY_BYTES:
+        return (
+            "app.config['SECRET_KEY'] is a value published with rainier_sync (in its examples, docs or tests): "
+            "anyone can sign a session cookie with it"
+        )
+    fallbacks = app.config.get("SECRET_KEY_FALLBACKS") or ()
+    for fallback in fallbacks if isinstance(fallbacks, (list, tuple)) else (fallbacks,):
+        raw = _key_bytes(fallback)
+        if not raw.strip() or raw in _SHIPPED_KEY_BYTES:
+            return (
+                "app.config['SECRET_KEY_FALLBACKS'] holds an empty key or a value published with rainier_sync "
+                "(in its examples, docs or tests): anyone can sign a session cookie with it"
+            )
+    return None
+
+
+#: How to mend what :func:`_secret_key_problem` reports.
+_SECRET_KEY_ADVICE = (
+    "Set SECRET_KEY to a long random secret kept out of the code, for instance the output of "
+    "python -c 'import secrets; print(secrets.token_hex())'"
+)
 
 
 # -- throughput -----------------------------------------------------------------------
@@ -258,6 +311,15 @@ class RainierSync:
             raise ValueError(f"dashboard_url must be a path starting with '/', or None; got {url!r}")
         if opts["authorize"] is not None and not callable(opts["authorize"]):
             raise TypeError(f"authorize must be a callable returning a bool, got {opts['authorize']!r}")
+        if url is not None and opts["authorize"] is not None:
+            # The dashboard would serve: its login (the app's session) and CSRF token are only as
+            # safe as the key that signs them.
+            problem = _secret_key_problem(app)
+            if problem is not None:
+                raise ConfigurationError(
+                    f"the rainier_sync dashboard will not run: {problem}. {_SECRET_KEY_ADVICE}, before "
+                    "RainierSync.init_app(app); or mount no dashboard (dashboard_url=None)."
+                )
         if opts["manager"] is not None:
             if not isinstance(opts["manager"], QueueManager):
                 raise TypeError(f"manager must be a rainier_sync.QueueManager, got {type(opts['manager']).__name__}")

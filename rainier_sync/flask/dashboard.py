@@ -6,33 +6,46 @@ elsewhere), the failed jobs with retry and forget buttons, and a failed job's
 detail page.
 
 Every request, static files included, is refused with 403 until the app gives
-an ``authorize`` callback that returns true for it. Every POST must carry the
+an ``authorize`` callback that returns true for it, and with 503 while the
+app's secret key is missing or one rainier_sync has published (the extension
+refuses to boot with one; this catches a key changed later). Every POST must carry the
 session-bound CSRF token the pages embed (form field ``csrf_token`` or header
 ``X-CSRF-Token``); one without it is refused with 400. Payloads and errors are
 rendered through Jinja's autoescaping only.
+
+List pages show the first :data:`ERROR_PREVIEW` characters of each error; a
+failed job's page shows everything. Any job id (or connection name) fits in
+its URL: one that is not plain (``/``, ``%``, spaces, ``?``, ``#``, non-ASCII,
+``.`` or ``..``...) is written as ``~`` and its URL-safe base64.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import hmac
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
+from werkzeug.routing import BaseConverter, ValidationError
 
+from ..errors import UniqueLockHeldError
 from ..types import FailedJob, QueueCounts
 
 if TYPE_CHECKING:
+    from flask.blueprints import BlueprintSetupState
     from werkzeug.wrappers import Response as BaseResponse
 
     from ..drivers.base import BaseQueue
     from ..manager import QueueManager
     from . import Throughput
 
-__all__ = ["blueprint", "csrf_token", "queue_names", "CSRF_SESSION_KEY"]
+__all__ = ["blueprint", "csrf_token", "queue_names", "CSRF_SESSION_KEY", "ERROR_PREVIEW"]
 
 #: Where the CSRF token lives in the Flask session.
 CSRF_SESSION_KEY = "_rainier_sync_csrf"
@@ -40,6 +53,8 @@ CSRF_SESSION_KEY = "_rainier_sync_csrf"
 FAILED_SCAN = 1000
 #: How many failed jobs a page lists per connection.
 FAILED_LIST = 50
+#: How many characters of an error a list page shows (the job's page shows it all).
+ERROR_PREVIEW = 300
 
 blueprint = Blueprint(
     "rainier_sync",
@@ -49,21 +64,65 @@ blueprint = Blueprint(
     static_url_path="/static",
 )
 
+
+
+class SegmentConverter(BaseConverter):
+    """A job id or connection name as one path segment that round-trips.
+
+    The server decodes ``%2F`` before routing and browsers resolve ``.`` and
+    ``..`` segments, so a value that is not plain is written as ``~`` and its
+    URL-safe base64 (no padding); a plain one (letters, digits, ``_.:@-``,
+    not starting with ``~``) stays as it is, readable and stable.
+    """
+
+    regex = "[^/]+"
+    _plain = re.compile(r"[A-Za-z0-9_.:@-]+")
+
+    def to_python(self, value: str) -> str:
+        if not value.startswith("~"):
+            return value
+        encoded = value[1:]
+        try:
+            return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+        except (binascii.Error, ValueError):
+            raise ValidationError() from None
+
+    def to_url(self, value: str) -> str:
+        if self._plain.fullmatch(value) and value not in (".", ".."):
+            return value
+        return "~" + base64.urlsafe_b64encode(value.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def _add_converter(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters["rainier_sync_segment"] = SegmentConverter
+
+
+# Before the routes: a rule needs its converter when it is added to the app's map.
+blueprint.record(_add_converter)
+
 _NOTICES = {
     "retried": "Job {job} was queued again.",
     "retried-all": "{count} failed job(s) were queued again.",
     "forgotten": "Job {job} was deleted.",
     "missing": "There is no failed job {job} any more.",
+    "held": "Job {job} was not queued again: it is unique and a copy of it is queued or running now.",
 }
 
 
 # -- guards ---------------------------------------------------------------------------------
 @blueprint.before_request
 def _guard() -> None:
-    from . import get_state
+    from . import _SECRET_KEY_ADVICE, _secret_key_problem, get_state
 
     authorize = get_state().authorize
-    if authorize is None or not authorize():
+    if authorize is None:
+        abort(403)
+    # Before authorize(), which may trust a session that anyone could have signed.
+    problem = _secret_key_problem(current_app)
+    if problem is not None:
+        current_app.logger.error("rainier_sync dashboard: refusing %s %s: %s", request.method, request.path, problem)
+        abort(503, description=f"The queue dashboard is turned off: {problem}. {_SECRET_KEY_ADVICE}.")
+    if not authorize():
         abort(403)
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         sent = request.form.get("csrf_token") or request.headers.get("X-CSRF-Token") or ""
@@ -153,6 +212,10 @@ def _when(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _clip(text: str, limit: int = ERROR_PREVIEW) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _payload_text(payload: Any, *, indent: int | None = None, limit: int | None = None) -> str:
     text = json.dumps(payload, indent=indent, ensure_ascii=False, sort_keys=True, default=repr)
     if limit is not None and len(text) > limit:
@@ -226,17 +289,6 @@ def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> 
     )
 
 
-def _find_failed(driver: BaseQueue, job_id: str) -> FailedJob | None:
-    lookup = getattr(driver, "failed_job", None)
-    if callable(lookup):
-        found: FailedJob | None = lookup(job_id)
-        return found
-    for job in driver.failed_jobs(limit=1_000_000):
-        if job.id == job_id:
-            return job
-    return None
-
-
 def _driver(name: str) -> BaseQueue:
     from . import get_state
 
@@ -270,14 +322,16 @@ def index() -> str:
         minutes=state.throughput.minutes,
         when=_when,
         payload_text=_payload_text,
+        clip=_clip,
+        error_preview=ERROR_PREVIEW,
         notice=notice,
     )
 
 
-@blueprint.route("/<connection>/failed/<job_id>", methods=["GET"])
+@blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>", methods=["GET"])
 def failed_job(connection: str, job_id: str) -> str:
     driver = _driver(connection)
-    job = _find_failed(driver, job_id)
+    job = driver.failed_job(job_id)
     if job is None:
         abort(404, description=f"No failed job {job_id!r} on connection {connection!r}.")
     return render_template(
@@ -289,22 +343,36 @@ def failed_job(connection: str, job_id: str) -> str:
     )
 
 
-@blueprint.route("/<connection>/failed/<job_id>/retry", methods=["POST"])
+@blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>/retry", methods=["POST"])
 def retry(connection: str, job_id: str) -> BaseResponse:
-    done = _driver(connection).retry_failed(job_id)
+    from . import get_state
+
+    _driver(connection)
+    try:
+        done = get_state().manager.retry_failed(job_id, connection=connection)
+    except UniqueLockHeldError:
+        return redirect(url_for(".index", notice="held", job=job_id), code=303)
     return redirect(url_for(".index", notice="retried" if done else "missing", job=job_id), code=303)
 
 
-@blueprint.route("/<connection>/failed/<job_id>/forget", methods=["POST"])
+@blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>/forget", methods=["POST"])
 def forget(connection: str, job_id: str) -> BaseResponse:
     done = _driver(connection).forget_failed(job_id)
     return redirect(url_for(".index", notice="forgotten" if done else "missing", job=job_id), code=303)
 
 
-@blueprint.route("/<connection>/retry-failed", methods=["POST"])
+@blueprint.route("/<rainier_sync_segment:connection>/retry-failed", methods=["POST"])
 def retry_all(connection: str) -> BaseResponse:
+    from . import get_state
+
     driver = _driver(connection)
+    manager = get_state().manager
     # Ids first, so a job that is retried and fails again meanwhile is not retried twice.
     ids = [job.id for job in driver.failed_jobs(limit=max(driver.failed_count(), 1))]
-    done = sum(1 for job_id in ids if driver.retry_failed(job_id))
+    done = 0
+    for job_id in ids:
+        try:
+            done += manager.retry_failed(job_id, connection=connection)
+        except UniqueLockHeldError:
+            pass  # kept in the failed list, where the page still shows it
     return redirect(url_for(".index", notice="retried-all", count=done), code=303)

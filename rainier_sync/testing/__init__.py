@@ -80,8 +80,9 @@ class FakeQueueManager(QueueManager):
     def connection(self, name: str | None = None) -> BaseQueue:
         return self._connections["default"]
 
-    def build(self, job: Job, **kwargs: Any) -> QueuedJob:
-        queued = super().build(job, **kwargs)
+    def _build(self, job: Job, *args: Any) -> QueuedJob:
+        # Every dispatch path (build, dispatch_many's batches) builds here.
+        queued = super()._build(job, *args)
         self._jobs_by_id[queued.id] = job
         return queued
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import sys
 import tempfile
@@ -63,7 +64,7 @@ def registry() -> JobRegistry:
 
 def app_with(driver: Any) -> tuple[Flask, QueueManager]:
     app = Flask("bench")
-    app.config["SECRET_KEY"] = "bench"
+    app.config["SECRET_KEY"] = secrets.token_hex(32)
     manager = QueueManager(connections={"main": driver}, registry=registry(), container=Container())
     RainierSync(app, manager=manager, authorize=lambda: True)
     return app, manager

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import dataclass
 
 import pytest
 from freezegun import freeze_time
 
 import rainier_sync
+from rainier_sync import Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main
 from rainier_sync.drivers import MemoryQueue
+from rainier_sync.locks import MemoryLockStore
 
 from . import app
 
@@ -29,9 +33,12 @@ def fail_some(driver: MemoryQueue, count: int, queue: str = "mail") -> list[str]
     return ids
 
 
-def test_without_a_command_it_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == EXIT_OK
-    assert "queue:work" in capsys.readouterr().out
+def test_without_a_command_it_prints_help_and_exits_as_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "queue:work" in captured.err
+    assert captured.err.rstrip().endswith("rainier-sync: error: no command given (see rainier-sync --help)")
 
 
 def test_main_puts_the_logger_back(memory: MemoryQueue) -> None:
@@ -124,7 +131,10 @@ def test_retry_all(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_retry_an_unknown_id_fails_with_one_line(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["queue:retry", "nope", APP]) == EXIT_FAILURE
-    assert capsys.readouterr().err == "rainier-sync: error: no failed job has id 'nope' (queue:failed lists them)\n"
+    assert (
+        capsys.readouterr().err
+        == "rainier-sync: error: no failed job has id 'nope' (rainier-sync queue:failed lists them)\n"
+    )
 
 
 def test_forget(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
@@ -281,5 +291,217 @@ def test_an_unexpected_error_is_one_line_and_v_shows_the_traceback(capsys: pytes
 
 def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["queue:wrok"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "rainier-sync: error: unknown command 'queue:wrok'; did you mean 'queue:work'? (see rainier-sync --help)\n"
+    )
+    assert main(["frobnicate"]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "invalid choice: 'queue:wrok'" in err and err.count("\n") == 1
+    assert err.startswith("rainier-sync: error: unknown command 'frobnicate' (commands: queue:work, queue:failed,")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["queue:work", "--concurency=2"],
+            "unrecognized option '--concurency'; did you mean '--concurrency'? (see rainier-sync queue:work --help)",
+        ),
+        (
+            ["queue:failed", "--limt", "3"],
+            "unrecognized option '--limt'; did you mean '--limit'? (see rainier-sync queue:failed --help)",
+        ),
+        (
+            ["queue:status", "--conection=main"],
+            "unrecognized option '--conection'; did you mean '--connection'? (see rainier-sync queue:status --help)",
+        ),
+        (["queue:status", "--frobnicate"], "unrecognized option '--frobnicate' (see rainier-sync queue:status --help)"),
+        (["queue:reclaim", "now"], "unrecognized argument 'now' (see rainier-sync queue:reclaim --help)"),
+    ],
+)
+def test_a_misspelt_option_gets_a_did_you_mean(
+    memory: MemoryQueue, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, APP]) == EXIT_USAGE
+    assert capsys.readouterr().err == f"rainier-sync: error: {says}\n"
+
+
+# -- exit codes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("factory", ["unreachable", "unreachable_compatible"])
+@pytest.mark.parametrize("command", [["queue:status"], ["queue:failed"], ["queue:reclaim"], ["queue:retry", "all"]])
+def test_a_backend_that_cannot_be_reached_exits_1(
+    factory: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """QueueUnavailableError is an outage, not a configuration mistake: exit 1, also when
+    the error class derives from ConfigurationError too."""
+    assert main([*command, f"--app=tests.cli.app:{factory}"]) == EXIT_FAILURE
+    assert capsys.readouterr().err == (
+        "rainier-sync: error: connection 'main' (memory): could not reach the server at 127.0.0.1:1\n"
+    )
+
+
+# -- queue:failed: the exception record and one job in full --------------------------------------------
+
+
+def fail_with_a_cause(driver: MemoryQueue, message: str = "broken job 7") -> str:
+    manager = app.current
+    assert manager is not None
+    manager.dispatch_on("mail", app.Broken(n=7))
+    reserved = driver.reserve(["mail"])
+    assert reserved is not None
+    try:
+        try:
+            raise KeyError("smtp.example")
+        except KeyError as exc:
+            raise RuntimeError(message) from exc
+    except RuntimeError as exc:
+        driver.fail(reserved, exc)
+    return reserved.id
+
+
+def test_failed_as_json_carries_the_exception_record(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    fail_with_a_cause(memory)
+    assert main(["queue:failed", APP, "--json"]) == EXIT_OK
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["error"] == "RuntimeError: broken job 7"
+    exception = entry["exception"]
+    assert exception["kind"] == "RuntimeError" and exception["message"] == "broken job 7"
+    assert exception["causes"] == [["KeyError", "'smtp.example'"]]
+    assert "raise RuntimeError(message) from exc" in exception["traceback"]
+    assert exception["timed_out"] is False and exception["crashed"] is False
+
+
+def test_failed_id_shows_one_job_in_full(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    fail_some(memory, 1)
+    with freeze_time("2026-03-01 12:04:09"):
+        job_id = fail_with_a_cause(memory)
+    assert main(["queue:failed", job_id, APP]) == EXIT_OK
+    out = capsys.readouterr().out
+    head, payload, trace = out.split("\n\n", 2)
+    assert head.splitlines() == [
+        f"ID          {job_id}",
+        "Connection  main",
+        "Queue       mail",
+        "Job         cli-tests.broken",
+        "Failed at   2026-03-01 12:04:09 UTC",
+        "Tries       1/1",
+        "Error       RuntimeError: broken job 7",
+        "Caused by   KeyError: 'smtp.example'",
+        "Timed out   no",
+        "Crashed     no",
+    ]
+    assert payload == 'Payload:\n{\n  "n": 7\n}'
+    assert trace.startswith("Traceback:\nTraceback (most recent call last):\n")
+    assert "raise RuntimeError(message) from exc" in trace and trace.endswith("RuntimeError: broken job 7\n")
+
+
+def test_failed_id_as_json_is_the_one_record(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    fail_some(memory, 2)
+    job_id = fail_with_a_cause(memory)
+    assert main(["queue:failed", job_id, "--json", APP]) == EXIT_OK
+    entry = json.loads(capsys.readouterr().out)
+    assert entry["id"] == job_id and entry["payload"] == {"n": 7} and entry["attempts"] == 1
+    assert entry["exception"]["causes"] == [["KeyError", "'smtp.example'"]]
+    assert "Traceback (most recent call last)" in entry["exception"]["traceback"]
+
+
+def test_failed_an_unknown_id_is_one_line_and_exit_1(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    fail_some(memory, 1)
+    assert main(["queue:failed", "nope", APP]) == EXIT_FAILURE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "rainier-sync: error: no failed job has id 'nope' (rainier-sync queue:failed lists them)\n"
+
+
+def test_failed_list_cuts_long_errors_that_the_detail_shows_whole(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long = "x" * 300 + "\nsecond line of the message"
+    job_id = fail_with_a_cause(memory, long)
+    assert main(["queue:failed", APP]) == EXIT_OK
+    header, row = capsys.readouterr().out.splitlines()
+    assert row.startswith(job_id) and row.endswith("RuntimeError: " + "x" * 83 + "...")
+    assert main(["queue:failed", job_id, APP]) == EXIT_OK
+    detail = capsys.readouterr().out
+    assert f"Error       RuntimeError: {'x' * 300}\n            second line of the message\n" in detail
+
+
+# -- queue:work --once --fail-on-failed --------------------------------------------------------------
+
+
+def test_work_fail_on_failed_exits_1_when_a_job_failed_for_good(
+    memory: MemoryQueue, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, out_file: object
+) -> None:
+    monkeypatch.setenv("CLI_APP_OUT", str(out_file))
+    assert app.current is not None
+    app.current.dispatch(app.Touch(n=0))
+    app.current.dispatch(app.Broken(n=1))
+    app.current.dispatch(app.Broken(n=2))
+    with caplog.at_level(logging.INFO, logger="rainier_sync"):
+        assert main(["queue:work", "--once", "--fail-on-failed", APP]) == EXIT_FAILURE
+    (summary,) = [r for r in caplog.records if r.getMessage().startswith("worker stopped")]
+    assert summary.levelno == logging.WARNING
+    assert summary.getMessage() == (
+        "worker stopped: 1 processed, 0 released, 2 failed; exit 1: 2 job(s) failed for good (--fail-on-failed)"
+    )
+    assert memory.failed_count() == 2
+
+
+def test_work_fail_on_failed_exits_0_when_nothing_failed(
+    memory: MemoryQueue, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, out_file: object
+) -> None:
+    monkeypatch.setenv("CLI_APP_OUT", str(out_file))
+    assert app.current is not None
+    fail_some(memory, 1)  # failed before this run: not this run's failure
+    app.current.dispatch(app.Touch(n=0))
+    with caplog.at_level(logging.INFO, logger="rainier_sync"):
+        assert main(["queue:work", "--once", "--fail-on-failed", APP]) == EXIT_OK
+    assert "worker stopped: 1 processed, 0 released, 0 failed" in caplog.messages
+
+
+def test_fail_on_failed_needs_a_run_that_ends(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue:work", "--fail-on-failed", APP]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "rainier-sync: error: --fail-on-failed needs --once or --max-jobs: a worker that runs until stopped "
+        "has no run to judge (see rainier-sync queue:work --help)\n"
+    )
+
+
+@dataclass
+class OnlyOne(Job):
+    NAME = "cli-tests.only-one"
+
+    key: str = "k"
+
+    def handle(self, context: JobContext) -> None:
+        raise RuntimeError("fails")
+
+    def unique_id(self) -> str:
+        return self.key
+
+
+def test_retry_takes_a_unique_jobs_lock_again_or_says_a_live_copy_holds_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    driver = MemoryQueue()
+    manager = app.current = QueueManager(
+        connections={"main": driver}, registry=JobRegistry().with_job(OnlyOne), locks=MemoryLockStore()
+    )
+    first = manager.dispatch(OnlyOne())
+    Worker(manager, options=WorkerOptions(once=True, concurrency=1)).run()
+    assert [f.id for f in driver.failed_jobs()] == [first]
+    assert main(["queue:retry", str(first), APP]) == EXIT_OK
+    assert manager.dispatch(OnlyOne()) is None, "after the retry, a fresh dispatch is a duplicate"
+    assert driver.size() == 1
+    # Fail it again, then queue a live copy: the retry must not make it two.
+    Worker(manager, options=WorkerOptions(once=True, concurrency=1)).run()
+    live = manager.dispatch(OnlyOne())
+    assert live is not None
+    capsys.readouterr()
+    assert main(["queue:retry", str(first), APP]) == EXIT_FAILURE
+    assert "is unique (cli-tests.only-one:k) and a copy of it is queued or running now" in capsys.readouterr().err
+    assert main(["queue:retry", "all", APP]) == EXIT_OK
+    assert "Queued 0 failed job(s) again (1 kept: a live copy holds their unique lock)" in capsys.readouterr().out
+    assert [f.id for f in driver.failed_jobs()] == [first] and [j.id for j in driver.jobs] == [live]

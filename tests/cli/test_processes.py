@@ -179,3 +179,26 @@ def test_make_job_refuses_bad_names(tmp_path: Path, args: list[str], says: str) 
     )
     assert made.returncode == 2 and says in made.stderr and made.stderr.count("\n") == 1
     assert not (tmp_path / "jobs").exists()
+
+
+def test_without_a_command_it_exits_2_with_the_help_on_stderr() -> None:
+    done = run()
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("usage: rainier-sync") and "queue:work" in done.stderr
+
+
+@pytest.mark.parametrize("quiet", [[], ["--quiet"]], ids=["logging", "quiet"])
+def test_work_once_fail_on_failed_says_how_many_failed_and_exits_1(out_file: Path, quiet: list[str]) -> None:
+    env = {"CLI_APP_JOBS": "2", "CLI_APP_BROKEN": "1", "CLI_APP_OUT": str(out_file)}
+    done = run("queue:work", "--once", "--fail-on-failed", *quiet, APP, env=env)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1].endswith(
+        " WARNING rainier_sync: worker stopped: 2 processed, 0 released, 1 failed; "
+        "exit 1: 1 job(s) failed for good (--fail-on-failed)"
+    )
+    assert sorted(lines(out_file)) == ["0 ran", "1 ran"]
+    without = run("queue:work", "--once", APP, env=env)
+    assert without.returncode == 0, without.stderr
+    assert without.stderr.splitlines()[-1].endswith(
+        " INFO rainier_sync: worker stopped: 2 processed, 0 released, 1 failed"
+    )

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Iterator
 
 import pytest
 
-from rainier_sync import QueuedJob
+from rainier_sync import Job, JobContext, JobRegistry, QueuedJob, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.base import BaseQueue
+from rainier_sync.locks import MemoryLockStore
 
 from .harness import Harness, harness_modules, load
 
@@ -51,6 +55,16 @@ def job(
         available_at=now + delay,
         dispatched_at=now,
     )
+
+
+def _wait_for(predicate: Callable[[], bool], *, seconds: float, what: str) -> None:
+    """Poll ``predicate`` for up to ``seconds`` of real sleeping (frozen time stalls
+    ``time.monotonic``, so the bound counts naps, not clock readings)."""
+    for _ in range(int(seconds / 0.02)):
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"waited {seconds}s for {what}")
 
 
 def reserve_all(q: BaseQueue, queues: list[str], limit: int = 100) -> list[QueuedJob]:
@@ -245,3 +259,99 @@ def test_give_back_returns_an_unstarted_job_at_once(h: Harness, q: BaseQueue) ->
     assert sorted(j.id for j in again) == sorted([first.id, second.id])
     if "give back a job without counting its attempt" not in h.lacks:
         assert [j.attempts for j in again] == [1, 1], "a job that never started has not been attempted"
+
+
+@dataclass
+class CrashProbe(Job):
+    """A unique job that records its attempts and its ``failed()`` call."""
+
+    NAME = "contract.crash-probe"
+    TRIES = 1
+
+    key: str
+
+    ran: ClassVar[list[str]] = []
+    failed_with: ClassVar[list[str]] = []
+
+    def handle(self, context: JobContext) -> None:
+        CrashProbe.ran.append(self.key)
+
+    def failed(self, context: JobContext, error: BaseException) -> None:
+        CrashProbe.failed_with.append(f"{type(error).__name__}: {error}")
+
+    def unique_id(self) -> str:
+        return self.key
+
+
+def test_a_job_whose_worker_died_on_its_last_attempt_fails_as_crashed(h: Harness, q: BaseQueue) -> None:
+    needs(h, "reclaim a lapsed reservation")
+    CrashProbe.ran.clear()
+    CrashProbe.failed_with.clear()
+    locks = MemoryLockStore()
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(CrashProbe), locks=locks)
+    job_id = manager.dispatch(CrashProbe(key="k1"))
+    assert job_id is not None
+    # A worker takes it and dies (nothing settles the reservation) ...
+    assert [j.id for j in reserve_all(q, ["default"], 1)] == [job_id]
+    h.advance(h.reservation + 1)
+    q.reclaim_expired()
+    # ... so its one attempt is spent: the next worker fails it instead of running attempt 2 of 1.
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, sleep=0.05, reclaim_interval=0.5))
+    worker.start()
+    try:
+        _wait_for(lambda: bool(q.failed_jobs(10)), seconds=30, what="the lost job to reach the failed store")
+    finally:
+        worker.stop(grace=5)
+        stats = worker.join(15)
+    assert CrashProbe.ran == [], "a job whose attempts are used up must not run again"
+    [failed] = q.failed_jobs(10)
+    assert failed.id == job_id
+    assert failed.exception.kind == "rainier_sync.errors.JobCrashedError" and failed.exception.crashed
+    assert "worker lost during attempt 1 of 1" in failed.error
+    assert CrashProbe.failed_with == [f"JobCrashedError: {failed.exception.message}"]
+    assert locks.owner("contract.crash-probe:k1") is None, "the unique lock goes with the failed job"
+    assert (stats.processed, stats.failed) == (0, 1)
+
+
+@dataclass
+class Carries(Job):
+    NAME = "contract.carries"
+
+    value: object = None
+
+
+def _nested(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (_nested(100_000), "field 'value' is nested more than"),
+        ("a\ud800b", "field 'value' holds '\\ud800', a lone surrogate"),
+        ({1: "a"}, "field 'value' has the key 1, which is not a string"),
+        ({"inner": [{None: 1}]}, "field 'value' has the key None, which is not a string"),
+    ],
+    ids=["nested-100000-deep", "lone-surrogate", "int-key", "none-key-below"],
+)
+def test_a_payload_that_cannot_arrive_as_sent_is_refused_at_dispatch(
+    q: BaseQueue, value: object, said: str
+) -> None:
+    from rainier_sync.errors import PayloadError
+
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Carries))
+    with pytest.raises(PayloadError, match="job 'contract.carries': " + re.escape(said)):
+        manager.dispatch(Carries(value))
+    with pytest.raises(PayloadError, match=re.escape(said)):
+        manager.dispatch_many([Carries(1), Carries(value)])
+    assert q.size("default") == 0, "nothing of a refused dispatch is stored"
+
+
+def test_a_queue_name_with_a_nul_is_refused_by_name(q: BaseQueue) -> None:
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Carries))
+    with pytest.raises(ValueError, match=r"queue name 'a\\x00b' contains a NUL character"):
+        manager.dispatch_on("a\x00b", Carries(1))
+    assert q.size("default") == 0

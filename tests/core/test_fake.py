@@ -69,3 +69,47 @@ def test_the_fake_queue_fixture_installs_itself(fake_queue: FakeQueueManager) ->
     assert rainier_sync.instance() is fake_queue
     rainier_sync.dispatch(jobs.Record("via instance"))
     fake_queue.assert_pushed(jobs.Record, where=lambda job: job.value == "via instance")
+
+
+def test_every_dispatch_path_records_on_the_fake() -> None:
+    fake = QueueManager.fake()
+    fake.dispatch(jobs.Record("dispatch"))
+    fake.dispatch_on("mail", jobs.Record("dispatch_on"))
+    fake.dispatch_after(60, jobs.Record("dispatch_after"))
+    fake.pending(jobs.Record("pending")).on_queue("high").on_connection("bulk").delay(5).tries(4).priority(-2).send()
+    ids = fake.dispatch_many([jobs.Record("many-1"), jobs.Record("many-2")])
+    fake.dispatch_now(jobs.Record("dispatch_now"))
+    assert jobs.calls == [], "nothing runs"
+    recorded = {p.job.value: p for p in fake.pushed_jobs(jobs.Record)}  # type: ignore[attr-defined]
+    assert sorted(recorded) == sorted(
+        ["dispatch", "dispatch_on", "dispatch_after", "pending", "many-1", "many-2", "dispatch_now"]
+    )
+    assert recorded["dispatch_on"].queued.queue == "mail"
+    late = recorded["dispatch_after"].queued
+    assert late.available_at - late.dispatched_at == pytest.approx(60)
+    pending = recorded["pending"]
+    assert (pending.queued.queue, pending.connection, pending.queued.max_attempts, pending.queued.priority) == (
+        "high",
+        "bulk",
+        4,
+        -2,
+    )
+    assert ids == [recorded["many-1"].queued.id, recorded["many-2"].queued.id]
+    fake.assert_pushed_times(jobs.Record, 7)
+
+
+@pytest.mark.parametrize("path", ["dispatch", "dispatch_on", "dispatch_after", "pending", "dispatch_many", "now"])
+def test_every_dispatch_path_on_the_fake_still_checks_the_payload(path: str) -> None:
+    fake = QueueManager.fake()
+    bad = jobs.Record(object())
+    send = {
+        "dispatch": lambda: fake.dispatch(bad),
+        "dispatch_on": lambda: fake.dispatch_on("mail", bad),
+        "dispatch_after": lambda: fake.dispatch_after(5, bad),
+        "pending": lambda: fake.pending(bad).send(),
+        "dispatch_many": lambda: fake.dispatch_many([jobs.Record(1), bad]),
+        "now": lambda: fake.dispatch_now(bad),
+    }[path]
+    with pytest.raises(PayloadError, match="field 'value' is not JSON-serialisable"):
+        send()
+    fake.assert_nothing_pushed()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -187,3 +188,54 @@ def test_registration_refuses_a_bad_memory_limit() -> None:
 
     with pytest.raises(JobDefinitionError, match="MEMORY_LIMIT must be a positive number of bytes"):
         JobRegistry().register(Greedy)
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"attempts": -5}, "attempts -5 is outside 0..1000000"),
+        ({"attempts": 10**9}, "attempts 1000000000 is outside"),
+        ({"attempts": 1.5}, "attempts must be a whole number, got 1.5"),
+        ({"max_attempts": 0}, "max_attempts 0 is outside 1..1000000"),
+        ({"priority": "x"}, "priority must be a whole number, got 'x'"),
+        ({"available_at": "soon"}, "available_at must be a finite number of seconds, got 'soon'"),
+        ({"available_at": float("nan")}, "available_at must be a finite number of seconds, got nan"),
+        ({"dispatched_at": float("inf")}, "dispatched_at must be a finite number of seconds, got inf"),
+    ],
+)
+def test_an_envelope_with_impossible_counts_or_times_is_unreadable(fields: dict[str, Any], said: str) -> None:
+    from rainier_sync import QueuedJob
+
+    envelope = {"id": "j1", "name": "tests.record", "payload": {}, **fields}
+    with pytest.raises(PayloadError, match=r"job 'tests.record' \(j1\): malformed envelope: " + re.escape(said)):
+        QueuedJob.from_wire(envelope)
+
+
+def test_an_envelope_nested_too_deeply_to_read_is_unreadable_not_a_recursion_error() -> None:
+    from rainier_sync import QueuedJob
+
+    with pytest.raises(PayloadError, match="nested too deeply"):
+        QueuedJob.decode('{"id": "j", "name": "n", "payload": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}")
+
+
+def test_tries_and_priority_no_worker_could_read_back_are_refused(manager: QueueManager) -> None:
+    with pytest.raises(ValueError, match="priority must be between -1000000 and 1000000"):
+        manager.pending(jobs.Record(1)).priority(10**7)
+    with pytest.raises(ValueError, match="tries must be between 1 and 1000000"):
+        manager.pending(jobs.Record(1)).tries(10**7)
+
+    @dataclass
+    class Hoarder(Job):
+        NAME = "tests.hoarder"
+        PRIORITY = -(10**9)
+
+    with pytest.raises(JobDefinitionError, match="Hoarder: PRIORITY must be between"):
+        manager.dispatch(Hoarder())
+
+    @dataclass
+    class Nul(Job):
+        NAME = "tests.nul"
+        QUEUE = "mail\x00"
+
+    with pytest.raises(JobDefinitionError, match="queue name 'mail\\\\x00' contains a NUL character"):
+        manager.dispatch(Nul())

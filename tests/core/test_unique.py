@@ -88,3 +88,32 @@ def test_a_failed_push_releases_the_lock(manager: QueueManager, memory: MemoryQu
         manager.dispatch(jobs.Unique("a"))
     monkeypatch.undo()
     assert manager.dispatch(jobs.Unique("a")) is not None
+
+
+def test_a_retried_unique_job_takes_its_lock_again(manager: QueueManager, memory: MemoryQueue) -> None:
+    failed_id = manager.dispatch(jobs.Unique("r", fail=True))
+    assert failed_id is not None
+    run_once(manager)
+    assert [f.id for f in memory.failed] == [failed_id]
+    assert manager.retry_failed(failed_id) is True
+    assert manager.dispatch(jobs.Unique("r", fail=True)) is None, "the retried copy holds the lock: a duplicate"
+    assert [j.id for j in memory.jobs] == [failed_id]
+
+
+def test_a_failed_unique_job_is_not_retried_while_a_live_copy_holds_its_lock(
+    manager: QueueManager, memory: MemoryQueue
+) -> None:
+    from rainier_sync.errors import UniqueLockHeldError
+
+    failed_id = manager.dispatch(jobs.Unique("r", fail=True))
+    assert failed_id is not None
+    run_once(manager)
+    live_id = manager.dispatch(jobs.Unique("r"))
+    assert live_id is not None
+    with pytest.raises(UniqueLockHeldError, match=f"failed job {failed_id} .*unique .*its failed entry is kept"):
+        manager.retry_failed(failed_id)
+    assert [f.id for f in memory.failed] == [failed_id]
+    assert [j.id for j in memory.jobs] == [live_id]
+    run_once(manager)  # the live copy finishes and lets go of the lock
+    assert manager.retry_failed(failed_id) is True
+    assert manager.retry_failed("no-such-id") is False

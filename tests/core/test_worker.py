@@ -269,7 +269,7 @@ def test_heartbeats_keep_a_long_job_from_a_second_worker(registry: JobRegistry) 
 def test_a_job_whose_worker_died_is_reclaimed_when_its_reservation_lapses(manager: QueueManager,
                                                                          memory: MemoryQueue) -> None:
     with freeze_time("2026-01-01") as frozen:
-        manager.dispatch(jobs.Record("orphan"))
+        manager.pending(jobs.Record("orphan")).tries(2).send()  # the lost attempt spends one of the two
         assert memory.reserve(["default"]) is not None  # a worker took it, then died
         assert once(manager).processed == 0
         frozen.tick(31)
@@ -376,9 +376,60 @@ def test_a_once_worker_gives_up_on_a_backend_that_keeps_failing(manager: QueueMa
         raise ConnectionError("connection refused")
 
     monkeypatch.setattr(memory, "reserve_many", down)
-    monkeypatch.setattr("rainier_sync.worker.ONCE_GIVE_UP", 3)
-    with pytest.raises(QueueUnavailableError, match="failed 3 times in a row.*reserve: ConnectionError"):
-        once(manager)
+    started = time.monotonic()
+    with pytest.raises(QueueUnavailableError, match=r"kept failing for 0\.[3-9].*reserve: ConnectionError"):
+        once(manager, give_up=0.3)
+    assert time.monotonic() - started < 10
+
+
+def test_a_once_worker_counts_every_failing_operation_towards_giving_up(
+    manager: QueueManager, memory: MemoryQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rainier_sync.errors import QueueUnavailableError
+
+    # One thread, busy with a long job: the loop claims nothing, but its heartbeats
+    # fail. Those failures count, so the run ends instead of waiting on the job.
+    def down(jobs: Any, seconds: Any = None) -> None:
+        raise ConnectionError("connection refused")
+
+    memory.reservation = 0.09  # a heartbeat every 30 ms
+    monkeypatch.setattr(memory, "extend", down)
+    manager.dispatch(jobs.Blocking("held"))
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            once(manager, give_up=0.2, concurrency=1)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            raised.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    try:
+        assert jobs.Blocking.started.setdefault("held", threading.Event()).wait(5)
+        runner.join(10)
+    finally:
+        jobs.Blocking.events.setdefault("held", threading.Event()).set()
+    assert not runner.is_alive(), "the run waited on its job while the backend kept failing"
+    assert len(raised) == 1 and isinstance(raised[0], QueueUnavailableError)
+    assert "extend: ConnectionError" in str(raised[0])
+
+
+def test_a_once_worker_rides_out_a_short_blip(manager: QueueManager, memory: MemoryQueue,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    real = memory.reserve_many
+    failing = {"n": 4}
+
+    def blip(queues: Any, limit: int) -> Any:
+        if failing["n"]:
+            failing["n"] -= 1
+            raise ConnectionError("connection reset")
+        return real(queues, limit)
+
+    monkeypatch.setattr(memory, "reserve_many", blip)
+    manager.dispatch(jobs.Record("after the blip"))
+    stats = once(manager, give_up=30)
+    assert stats.processed == 1 and failing["n"] == 0
 
 
 def test_an_idle_worker_sleeps_instead_of_spinning(manager: QueueManager, memory: MemoryQueue,

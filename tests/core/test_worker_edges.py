@@ -165,6 +165,32 @@ def test_stop_returns_soon_after_the_grace_with_stuck_handlers(manager: QueueMan
     assert time.monotonic() - stopped < 2.5, "one join per stuck thread added a second each"
 
 
+def test_an_attempt_the_stop_cuts_short_is_handed_back_without_spending_a_try(
+    manager: QueueManager, memory: MemoryQueue
+) -> None:
+    heard: list[tuple[str, str | None]] = []
+
+    def on_interrupted(sender: Any, job: Any, connection: str | None) -> None:
+        heard.append((job.name, connection))
+
+    signals.job_interrupted.connect(on_interrupted)
+    try:
+        manager.dispatch(jobs.Blocking("cut-short"))  # TRIES = 1
+        worker = Worker(manager, options=WorkerOptions(concurrency=1, sleep=0.05, grace=0.2))
+        worker.start()
+        assert jobs.Blocking.started.setdefault("cut-short", threading.Event()).wait(5)
+        worker.stop()
+        stats = worker.join(10)
+    finally:
+        signals.job_interrupted.disconnect(on_interrupted)
+        jobs.Blocking.events.setdefault("cut-short", threading.Event()).set()
+    assert (stats.processed, stats.released, stats.failed, stats.interrupted) == (0, 0, 0, 1)
+    assert heard == [(jobs.Blocking.NAME, "main")]
+    assert memory.failed == [] and not memory._reserved
+    [again] = memory.reserve_many(["default"], 1)
+    assert again.attempts == 1, "the attempt the stop cut short was spent"
+
+
 @dataclass
 class Mutates(Job):
     NAME = "tests.mutates"
@@ -193,3 +219,36 @@ def test_the_memory_driver_keeps_payloads_as_json_would(registry: JobRegistry) -
         frozen.tick(5)
         memory.drain()
     assert jobs.calls == [("mutates", [1, 2]), ("mutates", [1, 2])], "a retry sees the payload as dispatched"
+
+
+class _UnreadableFirst(MemoryQueue):
+    """Memory queue whose first claimed jobs are "unreadable": moved to the failed
+    store and announced, as a driver that decodes stored jobs does."""
+
+    def __init__(self, unreadable: int) -> None:
+        super().__init__()
+        self.unreadable = unreadable
+
+    def reserve_many(self, queues: Any, limit: int) -> list[Any]:
+        taken = super().reserve_many(queues, limit)
+        kept = []
+        for job in taken:
+            if self.unreadable:
+                self.unreadable -= 1
+                info = ExceptionInfo(kind="rainier_sync.errors.PayloadError", message="not JSON")
+                self.fail(job, info)
+                self.announce_discarded(info, "{not json")
+            else:
+                kept.append(job)
+        return kept
+
+
+def test_a_once_run_goes_on_past_unreadable_jobs_until_nothing_due_is_left(registry: JobRegistry) -> None:
+    queue = _UnreadableFirst(unreadable=2)
+    manager = QueueManager({"m": queue}, registry=registry, container=Container())
+    for value in ("bad-1", "bad-2", "good"):
+        manager.dispatch(jobs.Record(value))
+    stats = Worker(manager, options=WorkerOptions(once=True, concurrency=1, prefetch=0)).run()
+    assert (stats.processed, stats.discarded) == (1, 2)
+    assert jobs.calls == [("record", "good")]
+    assert queue.size() == 0

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from flask import Flask, current_app, g
 
-from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, _clock
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import RainierSync
+from rainier_sync.types import ExceptionInfo, FailedJob
 
 SEEN: list[dict[str, Any]] = []
 SEEN_LOCK = threading.Lock()
@@ -52,6 +54,16 @@ class Explode(Job):
         raise RuntimeError(self.message)
 
 
+@dataclass
+class UniqueExplode(Explode):
+    """An :class:`Explode` of which only one per message may be queued."""
+
+    NAME = "tests.flask.unique-explode"
+
+    def unique_id(self) -> str:
+        return self.message
+
+
 def registry() -> JobRegistry:
     return JobRegistry().with_job(RecordApp).with_job(Explode).with_job(TimedReport)
 
@@ -64,7 +76,7 @@ def make_app(
     **config: Any,
 ) -> tuple[Flask, QueueManager]:
     app = Flask(name)
-    app.config.update(SECRET_KEY="test-secret", TESTING=True, **config)
+    app.config.update(SECRET_KEY=secrets.token_hex(32), TESTING=True, **config)
     if manager is None:
         manager = QueueManager(
             connections={"primary": MemoryQueue(reservation=30)}, registry=registry(), container=Container()
@@ -80,6 +92,24 @@ def fail_jobs(manager: QueueManager, *messages: str) -> list[str]:
     assert isinstance(driver, MemoryQueue)
     driver.drain()
     return [i for i in ids if i is not None]
+
+
+def put_failed(driver: MemoryQueue, job_id: str, error: str = "RuntimeError: stored") -> None:
+    """Put a failed job with this id straight into the memory driver's failed store."""
+    driver.failed.append(
+        FailedJob(
+            id=job_id,
+            name="tests.flask.explode",
+            queue="mail",
+            connection="primary",
+            payload={"message": job_id},
+            error=error,
+            exception=ExceptionInfo.from_message(error),
+            failed_at=_clock.now(),
+            attempts=1,
+            max_attempts=1,
+        )
+    )
 
 
 @dataclass

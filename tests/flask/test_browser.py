@@ -18,7 +18,7 @@ from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import FlaskWorker
 from tests.support import IN_CI, free_port
 
-from .apps import Explode, RecordApp, fail_jobs, make_app
+from .apps import Explode, RecordApp, fail_jobs, make_app, put_failed
 
 pytestmark = pytest.mark.browser
 
@@ -125,3 +125,31 @@ def test_dashboard_shows_counts_and_retry_takes_the_job_off_the_failed_list(
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] td.ready').text == "1"
     assert timeout_id in [job.id for job in driver.jobs]
     assert timeout_id not in [failed.id for failed in driver.failed]
+
+
+def test_jobs_with_awkward_ids_open_retry_and_forget_in_a_browser(browser: Any, served: tuple[str, Any]) -> None:
+    """A browser resolves ``..`` and may rewrite a path before sending it: the links must survive that."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    base, (_, manager) = served
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    ids = ["emails/1700000000000-0", "..", "tenant/../emails 50% ?#ü"]
+    for job_id in ids:
+        put_failed(driver, job_id)
+
+    for job_id in ids[:2]:
+        browser.get(f"{base}/queues/")
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"] td a').click()
+        WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.CSS_SELECTOR, "h2 small code"))
+        assert browser.find_element(By.CSS_SELECTOR, "h2 small code").text == job_id
+        browser.find_element(By.CSS_SELECTOR, "button.retry").click()
+        WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "notice"))
+        assert browser.find_element(By.ID, "notice").text == f"Job {job_id} was queued again."
+        assert job_id in [job.id for job in driver.jobs]
+
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{ids[2]}"] button.forget').click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.ID, "notice"))
+    assert browser.find_element(By.ID, "notice").text == f"Job {ids[2]} was deleted."
+    assert driver.failed == []

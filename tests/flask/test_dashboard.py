@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 
@@ -12,9 +13,9 @@ from flask.testing import FlaskClient
 from rainier_sync import QueueManager, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import FlaskWorker
-from rainier_sync.flask.dashboard import CSRF_SESSION_KEY
+from rainier_sync.flask.dashboard import CSRF_SESSION_KEY, ERROR_PREVIEW
 
-from .apps import Explode, RecordApp, fail_jobs, make_app
+from .apps import Explode, RecordApp, fail_jobs, make_app, put_failed
 
 SCRIPT = "<script>alert('owned')</script>"
 
@@ -205,16 +206,6 @@ def test_a_session_without_a_token_is_refused_even_with_an_empty_one(allowed: tu
     assert client.post(f"/queues/primary/failed/{job_id}/retry", data={"csrf_token": ""}).status_code == 400
 
 
-def test_no_secret_key_is_a_clear_error() -> None:
-    app, manager = make_app(authorize=lambda: True)
-    app.secret_key = None
-    app.config["SECRET_KEY"] = None
-    fail_jobs(manager, "x")
-    app.config["PROPAGATE_EXCEPTIONS"] = True
-    with pytest.raises(RuntimeError, match="secret_key"):
-        app.test_client().get("/queues/")
-
-
 def test_an_unreachable_connection_is_reported_not_fatal() -> None:
     class Broken(MemoryQueue):
         def failed_jobs(self, limit: int = 50) -> list:  # type: ignore[type-arg]
@@ -239,3 +230,150 @@ def test_retry_all_of_a_connection(allowed: tuple[Flask, QueueManager]) -> None:
     assert memory(manager).failed == []
     assert sorted(job.id for job in memory(manager).jobs) == sorted(ids)
     assert "3 failed job(s) were queued again." in client.get(done.headers["Location"]).get_data(as_text=True)
+
+
+def test_retry_of_a_unique_job_a_live_copy_holds_keeps_it_and_says_why() -> None:
+    from rainier_sync import Container, JobRegistry
+    from rainier_sync.locks import MemoryLockStore
+
+    from .apps import UniqueExplode
+
+    manager = QueueManager(
+        connections={"primary": MemoryQueue()},
+        registry=JobRegistry().with_job(UniqueExplode),
+        container=Container(),
+        locks=MemoryLockStore(),
+    )
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    failed_id = manager.dispatch(UniqueExplode("once"))
+    memory(manager).drain()
+    live_id = manager.dispatch(UniqueExplode("once"))
+    assert failed_id and live_id
+    client = app.test_client()
+    token = token_of(client)
+    done = client.post(f"/queues/primary/failed/{failed_id}/retry", data={"csrf_token": token})
+    assert done.status_code == 303
+    page = client.get(done.headers["Location"]).get_data(as_text=True)
+    assert f"Job {failed_id} was not queued again: it is unique and a copy of it is queued or running now." in page
+    assert [f.id for f in memory(manager).failed] == [failed_id]
+    assert [j.id for j in memory(manager).jobs] == [live_id]
+    client.post("/queues/primary/retry-failed", data={"csrf_token": token})
+    assert [f.id for f in memory(manager).failed] == [failed_id], "retry all keeps it too"
+
+
+# -- job ids that are awkward in a URL -------------------------------------------------------------
+#: Ids the dashboard must be able to link to, retry and forget. The Redis driver names an unreadable
+#: entry after its queue, which may hold "/"; the rest is whatever a driver or a producer chose.
+AWKWARD_IDS = [
+    "emails/1700000000000-0",
+    "unreadable-tenant/emails-1700000000000-0",
+    "50%",
+    "%2F",
+    "%",
+    "with space",
+    "what?x=1&y=2",
+    "a#b",
+    "ünïcødé-日本/ジョブ",
+    ".",
+    "..",
+    "a/../b",
+    "./x",
+    "/leading",
+    "trailing/",
+    "a//b",
+    "~tilde",
+    "back\\slash",
+    "tab\tand\nnewline",
+    "x/retry",
+    "x/forget",
+    "retry-failed",
+    "",
+]
+
+
+def failed_rows(page: str) -> dict[str, str]:
+    """The failed-job rows of a page, by job id."""
+    rows = re.findall(r'<tr class="failed-job" data-job-id="([^"]*)">(.*?)</tr>', page, re.S)
+    return {html.unescape(job_id): row for job_id, row in rows}
+
+
+def action_of(row: str, name: str) -> str:
+    found = re.search(rf'<form method="post" action="([^"]+/{name})">', row)
+    assert found, f"no {name} form in {row}"
+    return html.unescape(found.group(1))
+
+
+def test_every_job_id_round_trips_through_the_pages_links_and_forms(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    driver = memory(manager)
+    for job_id in AWKWARD_IDS:
+        put_failed(driver, job_id)
+    client = app.test_client()
+    token = token_of(client)
+    rows = failed_rows(client.get("/queues/?limit=500").get_data(as_text=True))
+    assert sorted(rows) == sorted(AWKWARD_IDS)
+    for number, job_id in enumerate(AWKWARD_IDS):
+        row = rows[job_id]
+        link = re.search(r'<td><a href="([^"]+)">tests.flask.explode</a>', row)
+        assert link, row
+        detail = client.get(html.unescape(link.group(1)))
+        assert detail.status_code == 200, (job_id, link.group(1))
+        text = detail.get_data(as_text=True)
+        assert f"<small><code>{html.escape(job_id, quote=False)}</code></small>" in text, job_id
+        for form in ("retry", "forget"):
+            assert re.search(rf'action="{re.escape(action_of(row, form))}"', html.unescape(text)), (job_id, form)
+        if number % 2:
+            done = client.post(action_of(row, "retry"), data={"csrf_token": token})
+            assert done.status_code == 303, job_id
+            assert f"Job {html.escape(job_id, quote=False)} was queued again." in client.get(
+                done.headers["Location"]).get_data(as_text=True), job_id
+            assert job_id in [job.id for job in driver.jobs]
+        else:
+            done = client.post(action_of(row, "forget"), data={"csrf_token": token})
+            assert done.status_code == 303, job_id
+            assert "notice=forgotten" in done.headers["Location"], job_id
+        assert job_id not in [failed.id for failed in driver.failed], job_id
+    assert driver.failed == []
+
+
+def test_plain_ids_keep_plain_urls_and_a_mangled_one_is_a_404(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    [job_id] = fail_jobs(manager, "plain")
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert f'href="/queues/primary/failed/{job_id}"' in page
+    assert f'action="/queues/primary/failed/{job_id}/retry"' in page
+    assert app.test_client().get("/queues/primary/failed/~%25%25%25").status_code == 404
+    assert app.test_client().get("/queues/primary/failed/~_w").status_code == 404
+
+
+# -- list pages stay small ---------------------------------------------------------------------------
+def test_list_pages_show_a_bounded_preview_of_each_error(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    ids = fail_jobs(manager, *[f"failure {n} " + "x" * 1_000_000 + " THE END" for n in range(8)])
+    client = app.test_client()
+    page = client.get("/queues/").get_data(as_text=True)
+    assert len(page.encode()) < 100_000, f"the page is {len(page.encode()):,} bytes"
+    assert "THE END" not in page
+    rows = failed_rows(page)
+    assert sorted(rows) == sorted(ids)
+    for job_id, row in rows.items():
+        cell = re.search(r'<td class="error-text">(.*?)</td>', row, re.S)
+        assert cell, row
+        preview = html.unescape(re.sub(r"<[^>]+>", "", cell.group(1).split("<a ")[0])).strip()
+        assert preview.startswith("RuntimeError: failure ") and preview.endswith("…")
+        assert len(preview) <= ERROR_PREVIEW
+        more = re.search(r'<a [^>]*href="([^"]+)"[^>]*>full error</a>', cell.group(1))
+        assert more, cell.group(1)
+        detail = client.get(html.unescape(more.group(1)))
+        assert detail.status_code == 200
+        text = detail.get_data(as_text=True)
+        assert text.count("x" * 1_000_000 + " THE END") >= 3, "the error, the payload and the traceback, in full"
+        assert job_id in text
+
+
+def test_a_short_error_is_shown_whole_without_a_link(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    fail_jobs(manager, "y" * (ERROR_PREVIEW - len("RuntimeError: ")))
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert "RuntimeError: " + "y" * (ERROR_PREVIEW - len("RuntimeError: ")) + "</td>" in page
+    assert "full error" not in page

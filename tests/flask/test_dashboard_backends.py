@@ -90,3 +90,52 @@ def test_counts_retry_and_forget_on_a_real_backend(backend: Any) -> None:
     status = app.test_cli_runner().invoke(args=["queue", "status", "--queue", "default,mail"])
     assert status.exit_code == 0, status.output
     assert re.search(r"^main\s+\w+\s+mail\s+1\s+0\s+0\s+1$", status.output, re.M), status.output
+
+
+@pytest.mark.timeout(60)
+def test_an_unreadable_redis_entry_of_a_queue_with_a_slash_is_viewed_retried_and_forgotten(
+    redis_url: str,
+) -> None:
+    """The Redis driver names an unreadable entry after its queue: here the id holds a '/'."""
+    import html
+
+    from rainier_sync import Container, QueueManager
+    from rainier_sync.drivers import RedisQueue
+
+    from .apps import registry
+
+    prefix = f"rsflask:{uuid.uuid4().hex[:12]}:"
+    queue = RedisQueue.from_url(redis_url, prefix=prefix, reservation=30)
+    try:
+        manager = QueueManager(connections={"main": queue}, registry=registry(), container=Container())
+        app, _ = make_app(manager=manager, authorize=lambda: True)
+        for n in range(2):
+            manager.dispatch_on("emails/eu", Explode(f"unused {n}"))  # makes the queue's stream
+            queue.client.xadd(f"{prefix}emails/eu:ready:0", {"j": "{not json", "a": "0"})
+        assert len(queue.reserve_many(["emails/eu"], 10)) == 2, "the readable jobs are handed out"
+        ids = [failed.id for failed in queue.failed_jobs(10)]
+        assert len(ids) == 2 and all("emails/eu" in job_id for job_id in ids), ids
+
+        client = app.test_client()
+        page = client.get("/queues/").get_data(as_text=True)
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token is not None
+        rows = re.findall(r'<tr class="failed-job" data-job-id="([^"]+)">\s*<td><a href="([^"]+)"', page)
+        links = {html.unescape(job_id): html.unescape(href) for job_id, href in rows}
+        assert sorted(links) == sorted(ids)
+        for job_id, href in links.items():
+            detail = client.get(href)
+            assert detail.status_code == 200, (job_id, href)
+            assert f"<code>{job_id}</code>" in detail.get_data(as_text=True)
+        retried, forgotten = ids
+        done = client.post(f"{links[retried]}/retry", data={"csrf_token": token.group(1)})
+        assert done.status_code == 303 and "notice=retried" in done.headers["Location"]
+        done = client.post(f"{links[forgotten]}/forget", data={"csrf_token": token.group(1)})
+        assert done.status_code == 303 and "notice=forgotten" in done.headers["Location"]
+        assert queue.failed_count() == 0
+        assert queue.counts("emails/eu").ready == 1, "the unreadable entry went back as it came"
+    finally:
+        keys = list(queue.client.scan_iter(match=prefix + "*", count=1000))
+        if keys:
+            queue.client.delete(*keys)
+        queue.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import secrets
 import sqlite3
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def rows(app: Flask, sql: str) -> list[Any]:
         return db.execute(sql).fetchall()
 
 
-def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask) -> None:
+def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask, caplog: pytest.LogCaptureFixture) -> None:
     client = app.test_client()
     assert client.post("/signup", data={"name": "Ada", "email": "ada@example.com"}).status_code == 303
     assert "welcome queued" in client.get("/").get_data(as_text=True)
@@ -46,7 +47,7 @@ def test_a_signup_queues_its_welcome_and_queue_work_sends_it(app: Flask) -> None
 
     result = app.test_cli_runner().invoke(args=["queue", "work", "--once", "--queue", "mail"])
     assert result.exit_code == 0, result.output
-    assert "1 processed" in result.output
+    assert "worker stopped: 1 processed, 0 released, 0 failed" in caplog.messages
     [(welcomed_at,)] = rows(app, "SELECT welcomed_at FROM signups")
     assert welcomed_at is not None
     assert get_state(app).manager.container.resolve(Mailer).sent == [("ada@example.com", "Welcome, Ada!")]
@@ -82,7 +83,7 @@ def test_the_dashboard_needs_the_login(app: Flask) -> None:
 
 
 def test_embedded_worker_for_development(tmp_path: pathlib.Path) -> None:
-    app = create_app({"APP_DATABASE": str(tmp_path / "dev.sqlite3"), "EMBEDDED_WORKER": True})
+    app = create_app({"APP_DATABASE": str(tmp_path / "dev.sqlite3"), "EMBEDDED_WORKER": True, "TESTING": True})
     [worker] = get_state(app).workers
     try:
         app.test_client().post("/signup", data={"name": "Grace", "email": "grace@example.com"})
@@ -99,7 +100,9 @@ def test_embedded_worker_for_development(tmp_path: pathlib.Path) -> None:
 
 def test_a_worker_in_another_process_for_production(app: Flask) -> None:
     app.test_client().post("/signup", data={"name": "Linus", "email": "linus@example.com"})
-    env = {**os.environ, "APP_DATABASE": app.config["APP_DATABASE"]}
+    # A production run: no debug, and a SECRET_KEY of its own (it refuses to start without one).
+    env = {k: v for k, v in os.environ.items() if k != "FLASK_DEBUG"}
+    env.update(APP_DATABASE=app.config["APP_DATABASE"], SECRET_KEY=secrets.token_hex(32))
     done = subprocess.run(
         [sys.executable, "-m", "flask", "--app", "examples.flask_app", "queue", "work", "--once", "--queue", "mail"],
         cwd=ROOT,

@@ -254,7 +254,27 @@ def child_setup() -> Container:
     return Container().instance("where", f"child-setup in {os.getpid()}")
 
 
+@dataclass
+class Forks(Job):
+    """Starts a grandchild process (noting its pid), then overruns its limit or returns."""
+
+    NAME = "timeouts.forks"
+    TIMEOUT = 1
+
+    log: str = ""
+    overrun: bool = True
+
+    def handle(self, context: JobContext) -> None:
+        import subprocess
+
+        grandchild = subprocess.Popen(["sleep", "120"])
+        note(self.log, str(grandchild.pid))
+        if self.overrun:
+            time.sleep(60)
+
+
 ALL: tuple[type[Job], ...] = (
+    Forks,
     Noop,
     Untimed,
     Sleeper,

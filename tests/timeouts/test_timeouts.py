@@ -275,12 +275,38 @@ def test_stop_releases_a_child_attempt_still_running_after_the_grace(
     worker.stop()
     stats = worker.join(10)
     assert not worker._thread or not worker._thread.is_alive()
-    assert (stats.processed, stats.released, stats.failed) == (0, 0, 0)
+    assert (stats.processed, stats.released, stats.failed, stats.interrupted) == (0, 0, 0, 1)
     assert memory.failed == []
-    # released at once, not left to its reservation: another worker may take it now
+    # handed back at once, not left to its reservation: another worker may take it now,
+    # and the attempt the stop cut short is not spent
     assert memory.size() == 1 and not memory._reserved
     [again] = memory.reserve_many(["default"], 1)
-    assert again.name == jobs.Slow.NAME and again.attempts == 2
+    assert again.name == jobs.Slow.NAME and again.attempts == 1
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("when", ["its time runs out", "the worker exits"])
+def test_a_grandchild_the_job_started_is_killed_with_its_child(
+    manager: QueueManager, memory: MemoryQueue, log: str, when: str
+) -> None:
+    overrun = when == "its time runs out"
+    manager.dispatch(jobs.Forks(log=log, overrun=overrun))
+    stats = run_once(manager, concurrency=1)
+    assert (stats.processed, stats.failed) == ((0, 1) if overrun else (1, 0))
+    [grandchild] = [int(pid) for pid in jobs.notes(log)]
+    try:
+        wait_until(lambda: not _running(grandchild), timeout=10, message=f"grandchild {grandchild} to be killed")
+    finally:
+        if _running(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
 
 
 def test_memory_limit_caps_the_child(manager: QueueManager, memory: MemoryQueue, log: str) -> None:

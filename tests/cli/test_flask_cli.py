@@ -1,0 +1,134 @@
+"""``flask queue ...`` speaks as ``rainier-sync`` does, under its own name: the
+same log lines, the same errors and exit codes, ``flask queue COMMAND`` where
+``rainier-sync queue:COMMAND`` would be named."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rainier_sync import QueueManager
+from rainier_sync.drivers import MemoryQueue
+
+from .conftest import ROOT, run
+
+pytest.importorskip("flask", reason="the flask extra is not installed")
+
+from tests.flask.apps import fail_jobs, make_app  # noqa: E402 - after the skip
+
+FLASK_APP = "tests.cli.flask_app"
+CLI_APP = "--app=tests.cli.app:make_manager"
+
+
+def flask(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``flask --app tests.cli.flask_app *args`` from the repository root."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "RAINIER_", "FLASK_"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "flask", "--app", FLASK_APP, *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def normalised(stderr: str) -> list[str]:
+    """Log lines without their timestamps and job ids, in a stable order."""
+    text = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", "<time> ", stderr, flags=re.M)
+    return sorted(re.sub(r"\b[0-9a-f]{32}\b", "<id>", text).splitlines())
+
+
+@pytest.mark.parametrize("options", [[], ["--fail-on-failed"]], ids=["plain", "fail-on-failed"])
+def test_flask_queue_work_logs_as_rainier_sync_does(out_file: Path, options: list[str]) -> None:
+    env = {"CLI_APP_JOBS": "2", "CLI_APP_BROKEN": "1", "CLI_APP_OUT": str(out_file)}
+    argv = ["--once", "--concurrency=1", *options]
+    mine = flask("queue", "work", *argv, env=env)
+    theirs = run("queue:work", *argv, CLI_APP, env=env)
+    assert mine.returncode == theirs.returncode == (1 if options else 0), mine.stderr
+    assert mine.stdout == theirs.stdout == ""
+    assert normalised(mine.stderr) == normalised(theirs.stderr)
+    logged = mine.stderr.splitlines()
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO rainier_sync: worker started: connection main \(memory\), "
+        r"queues default, concurrency 1, once",
+        logged[0],
+    ), logged
+    assert any(
+        re.search(r" ERROR rainier_sync\S*: job [0-9a-f]{32} \(cli-tests.broken\) failed", line) for line in logged
+    )
+    assert "worker stopped: 2 processed, 0 released, 1 failed" in logged[-1]
+
+
+def test_flask_queue_failed_as_json_and_in_full(out_file: Path) -> None:
+    env = {"CLI_APP_FAILED": "1", "CLI_APP_OUT": str(out_file)}
+    mine = flask("queue", "failed", "--json", env=env)
+    theirs = run("queue:failed", "--json", CLI_APP, env=env)
+    assert mine.returncode == theirs.returncode == 0, mine.stderr
+    assert re.sub(r"[0-9a-f]{32}|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "<x>", mine.stdout) == re.sub(
+        r"[0-9a-f]{32}|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "<x>", theirs.stdout
+    )
+    assert '"exception": {' in mine.stdout
+
+
+def test_flask_queue_work_help_names_the_flask_command() -> None:
+    done = flask("queue", "work", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: flask queue work [-h]")
+    assert "--fail-on-failed" in done.stdout and "--app" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (
+            ["work", "--concurency", "2"],
+            2,
+            "unrecognized option '--concurency'; did you mean '--concurrency'? (see flask queue work --help)",
+        ),
+        (
+            ["work", "--concurrency", "0"],
+            2,
+            "argument --concurrency: expected a number >= 1, got 0 (see flask queue work --help)",
+        ),  # fmt: skip
+        (
+            ["status", "--conection", "primary"],
+            2,
+            "unrecognized option '--conection'; did you mean '--connection'? (see flask queue status --help)",
+        ),  # fmt: skip
+        (["status", "--app", "elsewhere:manager"], 2, "unrecognized option '--app' (see flask queue status --help)"),
+        (["status", "--connection", "nowhere"], 2, "connection 'nowhere' is not declared (declared: primary)"),
+        (["failed", "nope"], 1, "no failed job has id 'nope' (flask queue failed lists them)"),
+        (["retry", "nope"], 1, "no failed job has id 'nope' (flask queue failed lists them)"),
+        (["forget", "nope"], 1, "no failed job has id 'nope' (flask queue failed lists them)"),
+    ],
+)
+def test_flask_queue_errors_name_the_flask_command(args: list[str], code: int, says: str) -> None:
+    app, manager = make_app()
+    fail_jobs(manager, "one")
+    result = app.test_cli_runner().invoke(args=["queue", *args])
+    assert result.exit_code == code, result.output
+    assert result.output == f"flask queue: error: {says}\n"
+
+
+def test_flask_queue_work_errors_name_the_flask_command() -> None:
+    app, _ = make_app(manager=QueueManager(connections={"m": MemoryQueue()}))
+    result = app.test_cli_runner().invoke(args=["queue", "work", "--once"])
+    assert result.exit_code == 2
+    assert result.output == (
+        "flask queue: error: the job registry is empty, so every job would fail as unknown: "
+        "register the app's jobs (RainierSync(app, registry=...))\n"
+    )
+
+
+def test_a_misspelt_flask_queue_command_gets_a_did_you_mean() -> None:
+    app, _ = make_app()
+    result = app.test_cli_runner().invoke(args=["queue", "wrok"])
+    assert result.exit_code == 2
+    assert "No such command 'wrok'. Did you mean 'work'?" in result.output
