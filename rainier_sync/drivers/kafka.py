@@ -39,13 +39,12 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from .. import _clock, signals
+from .. import _clock
 from ..errors import (
     ConfigurationError,
     DriverUnavailableError,
-    JobCrashedError,
     PayloadError,
     QueueUnavailableError,
     RainierError,
@@ -53,9 +52,6 @@ from ..errors import (
 from ..locks.base import LockStore
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, QueueDriver, Waker, as_job_list
-
-if TYPE_CHECKING:
-    from ..manager import QueueManager
 
 try:
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -342,11 +338,6 @@ class KafkaQueue(BaseQueue):
         self._down_since: float | None = None  # the consumer reported every broker down
         self._quiet_until: dict[Any, float] = {}
         self._closed = False
-        self._unique_locks: LockStore | None = None
-
-    def bind(self, manager: QueueManager, connection: str) -> None:
-        super().bind(manager, connection)
-        self._unique_locks = manager.locks
 
     @property
     def _buffered(self) -> int:
@@ -851,12 +842,9 @@ class KafkaQueue(BaseQueue):
                         for record, ok in zip(batch, acquired, strict=True):
                             if not ok:
                                 self._contended(record, now)
-                        for record in self._not_done(got):
-                            job = self._hand_out(record, now)
-                            if job.attempts > job.max_attempts:
-                                self._gave_up(job, record)
-                            else:
-                                taken.append(job)
+                        # A job whose attempts its dead workers used up is handed out
+                        # too (attempts > max_attempts): the executor fails it as crashed.
+                        taken.extend(self._hand_out(record, now) for record in self._not_done(got))
                     if len(taken) >= limit:
                         break
                 if self._watched:
@@ -897,27 +885,6 @@ class KafkaQueue(BaseQueue):
         job = record.job
         return replace(job, attempts=job.attempts + record.handouts + record.lapsed, connection=self.connection,
                        receipt=_Receipt(record, record.handouts))
-
-    def _gave_up(self, job: QueuedJob, record: _Record) -> None:
-        """A job whose workers died under it until its attempts ran out: dead-letter
-        it rather than let it take down worker after worker."""
-        error = JobCrashedError(
-            f"job {job.name!r} ({job.id}): the worker running it stopped without finishing "
-            f"{record.lapsed} time(s); {job.max_attempts} attempt(s) used up"
-        )
-        info = ExceptionInfo.from_exception(error)
-        log.error("kafka: %s", info.message)
-        try:
-            self.fail(job, info)
-        except Exception as exc:  # noqa: BLE001 - its lease lapses and reclaim_expired brings it back
-            log.warning("kafka: could not dead-letter job %s (tried again when its lease lapses): %s", job.id, exc)
-            return
-        signals.emit(signals.job_failed, self, job=job, connection=self.connection, error=info.error, exception=info)
-        if job.unique_key is not None and job.unique_owner is not None and self._unique_locks is not None:
-            try:
-                self._unique_locks.release(job.unique_key, job.unique_owner)
-            except Exception as exc:  # noqa: BLE001 - the unique lock's own expiry is the net
-                log.warning("kafka: could not release unique lock %s: %s", job.unique_key, exc)
 
     def _contended(self, record: _Record, now: float) -> None:
         """Someone holds this job's lease: a live worker runs it (or ran it and is
@@ -1304,6 +1271,10 @@ class KafkaQueue(BaseQueue):
             state.pop(failed.id, None)
             state[failed.id] = (failed, body, topic)
         return state
+
+    def failed_job(self, id: str) -> FailedJob | None:
+        entry = self._failed_state().get(id)
+        return entry[0] if entry is not None else None
 
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         entries = [f for f, _, _ in self._failed_state().values()]

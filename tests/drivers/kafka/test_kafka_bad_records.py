@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.kafka
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
+TOO_DEEP = re.compile("too deeply|RecursionError")
 
 
 def envelope(**fields: Any) -> bytes:
@@ -56,9 +58,9 @@ def test_a_record_nested_100000_deep_goes_alone_to_the_dead_letters_and_its_batc
                     *(q._job_record(j, _clock.now()) for j in after)])
         taken = take_all(q, 600)
         assert [j.id for j in taken] == [j.id for j in before + after], "every good job of the batch is handed out"
-        assert len(seen) == 1 and "RecursionError" in seen[0]["error"]
+        assert len(seen) == 1 and TOO_DEEP.search(seen[0]["error"]), seen[0]["error"]
         [dead] = q.failed_jobs(10)
-        assert dead.id.startswith("unreadable-") and "RecursionError" in dead.error
+        assert dead.id.startswith("unreadable-") and TOO_DEEP.search(dead.error)
         q.acknowledge_many(taken)
         wait_until(lambda: q.reserve_many(["work"], 10) == [] and q._inspect().committed(
             [kafka_tp(q.topic("work"), 0)], timeout=10)[0].offset == 601, timeout=10,
@@ -117,7 +119,7 @@ class Good(Job):
 BAD = {
     "not JSON": (b"\x00not json{", "not valid JSON"),
     "unknown name": (None, "no.such.job"),
-    "100,000 deep": (DEEP, "RecursionError"),
+    "100,000 deep": (DEEP, "too deeply"),
     "missing fields": (b'{"id": "x", "queue": "work"}', "'name'"),
     "negative attempts": (None, "attempts"),
 }
