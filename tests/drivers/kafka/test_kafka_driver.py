@@ -161,7 +161,12 @@ def test_a_lapsed_lease_lets_the_job_run_again(kafka_brokers: str, names: dict[s
 
 
 @pytest.mark.kafka
-def test_a_job_whose_workers_keep_dying_is_dead_lettered(kafka_brokers: str, names: dict[str, str]) -> None:
+def test_a_job_whose_workers_keep_dying_is_handed_out_spent_and_the_executor_fails_it(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    from rainier_sync import Container, JobRegistry
+    from rainier_sync._execution import Executor
+
     locks = MemoryLockStore()
     failed: list[dict[str, Any]] = []
 
@@ -181,9 +186,13 @@ def test_a_job_whose_workers_keep_dying_is_dead_lettered(kafka_brokers: str, nam
             consumer.close()
             assert alive.reserve(["work"]) is None
             frozen.tick(60)  # (a ticking freeze moves from its start time: leave a margin)
-            assert alive.reserve(["work"]) is None, "attempts used up: dead-lettered, not run"
+            [spent] = alive.reserve_many(["work"], 5)
+            assert spent.id == job.id and spent.attempts == 2 > spent.max_attempts, "the lost attempt counts"
+            executor = Executor(JobRegistry(), Container())
+            completion = executor.run(spent)
+            executor.apply(alive, completion)
             [entry] = alive.failed_jobs(10)
-            assert entry.id == job.id and entry.exception.crashed and "stopped without finishing" in entry.error
+            assert entry.id == job.id and entry.exception.crashed and "worker lost" in entry.error
             assert [kw["job"].id for kw in failed] == [job.id] and failed[0]["exception"].crashed
             assert alive.size("work") == 0
         finally:

@@ -1,0 +1,206 @@
+"""Commits confirmed by the broker, re-sent when refused; listings and outages that say so."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from rainier_sync import Container, JobRegistry, QueueManager
+from rainier_sync.errors import QueueUnavailableError
+from tests.drivers.kafka.test_kafka_driver import make, queued
+from tests.services.tansu import Tansu, tansu_binary
+from tests.support import wait_until
+
+pytest.importorskip("confluent_kafka")
+pytestmark = pytest.mark.kafka
+
+
+def committed(q: Any, partition: int = 0) -> int:
+    from confluent_kafka import TopicPartition
+
+    [tp] = q._inspect().committed([TopicPartition(q.topic("work"), partition)], timeout=10)
+    return int(tp.offset)
+
+
+class RefuseCommits:
+    """Wraps the driver's consumer: the broker refuses the next ``refuse``
+    asynchronous commits (as it does, with UNKNOWN_MEMBER_ID, just after a
+    restart); the refusal reaches the driver's ``on_commit`` on the next poll."""
+
+    def __init__(self, consumer: Any, on_commit: Any, refuse: int) -> None:
+        self.consumer, self.on_commit, self.refuse = consumer, on_commit, refuse
+        self.refused: list[Any] = []
+        self.sent = 0
+
+    def commit(self, *args: Any, **kw: Any) -> Any:
+        if kw.get("asynchronous", True):
+            self.sent += 1
+            if self.refuse:
+                self.refuse -= 1
+                self.refused.append(kw["offsets"])
+                return None
+        return self.consumer.commit(*args, **kw)
+
+    def _deliver(self) -> None:
+        from confluent_kafka import KafkaError
+
+        while self.refused and self.on_commit is not None:
+            self.on_commit(KafkaError(KafkaError.UNKNOWN_MEMBER_ID), self.refused.pop(0))
+
+    def consume(self, *args: Any, **kw: Any) -> Any:
+        self._deliver()
+        return self.consumer.consume(*args, **kw)
+
+    def poll(self, *args: Any, **kw: Any) -> Any:
+        self._deliver()
+        return self.consumer.poll(*args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+
+def test_a_refused_commit_is_sent_again(kafka_brokers: str, names: dict[str, str]) -> None:
+    q = make(kafka_brokers, names, partitions=1)
+    try:
+        q.push_many([queued(n=i) for i in range(3)])
+        taken = q.reserve_many(["work"], 3)
+        assert len(taken) == 3
+        proxy = RefuseCommits(q._consumer, q._consumer_config.get("on_commit"), refuse=1)
+        q._consumer = proxy
+        q.acknowledge_many(taken)
+        assert committed(q) < 3
+
+        def landed() -> bool:
+            q.reserve_many(["work"], 1)
+            return committed(q) == 3
+
+        wait_until(landed, timeout=10, interval=0.05, message="the refused commit to be sent again and land")
+        assert proxy.sent >= 2 and not proxy.refuse, "one commit refused, then one that landed"
+        q._consumer = proxy.consumer
+    finally:
+        q.close()
+
+
+def test_commits_are_coalesced_one_outstanding_at_a_time(kafka_brokers: str, names: dict[str, str]) -> None:
+    q = make(kafka_brokers, names, partitions=2)
+    try:
+        q.push_many([queued(n=i) for i in range(200)])
+        taken: list[Any] = []
+        wait_until(lambda: bool(taken.extend(q.reserve_many(["work"], 50))) or len(taken) >= 200, timeout=20,
+                   message="200 jobs")
+        proxy = RefuseCommits(q._consumer, None, refuse=0)
+        q._consumer = proxy
+        for job in taken:  # one settle per job, with no poll between them to bring the broker's replies
+            q.acknowledge_many([job])
+        assert proxy.sent == 1, f"{proxy.sent} commits for 200 settles: one at a time, the next after the reply"
+        wait_until(lambda: q.reserve_many(["work"], 1) == [] and committed(q, 0) + committed(q, 1) == 200,
+                   timeout=10, message="the latest offsets to be committed once the first commit is answered")
+        assert proxy.sent <= 5
+        q._consumer = proxy.consumer
+    finally:
+        q.close()
+
+
+# -- outages: a bounded wait, then an error naming the connection -------------------------------------------
+@pytest.fixture
+def private_tansu(tmp_path: pathlib.Path) -> Any:
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip("no tansu binary")
+    broker = Tansu(binary, tmp_path)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        if broker.proc is not None:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        broker.stop()
+
+
+def test_dispatch_and_reserve_with_the_broker_down_raise_queue_unavailable_naming_the_connection(
+    private_tansu: Tansu, names: dict[str, str]
+) -> None:
+    q = make(private_tansu.bootstrap, names, partitions=1, timeout=3)
+    manager = QueueManager({"events": q}, registry=JobRegistry(), container=Container())
+    try:
+        q.push(queued())
+        assert len(q.reserve_many(["work"], 5)) == 1
+        assert private_tansu.proc is not None
+        os.kill(private_tansu.proc.pid, signal.SIGSTOP)  # the broker stops answering
+        started = time.monotonic()
+        with pytest.raises(QueueUnavailableError, match="'events'"):
+            q.push(queued())
+        assert time.monotonic() - started < 20
+        started = time.monotonic()
+        with pytest.raises(QueueUnavailableError, match="'events'"):
+            while time.monotonic() - started < 30:
+                q.reserve_many(["work"], 5)
+        assert time.monotonic() - started < 20
+        started = time.monotonic()
+        with pytest.raises(QueueUnavailableError, match="'events'"):
+            q.failed_jobs(10)
+        assert time.monotonic() - started < 20
+    finally:
+        os.kill(private_tansu.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        manager.close()
+
+
+# -- done markers ------------------------------------------------------------------------------------------
+def _frozen() -> Any:
+    import datetime
+
+    from freezegun import freeze_time
+
+    return freeze_time(datetime.datetime.now(datetime.timezone.utc), tick=True)
+
+
+def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, names: dict[str, str]) -> None:
+    from rainier_sync.locks import MemoryLockStore
+
+    locks = MemoryLockStore()
+    with _frozen() as frozen:
+        first = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        second = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        try:
+            slow, quick = queued(n=0), queued(n=1)
+            first.push_many([slow, quick])
+            running, done = first.reserve_many(["work"], 2)
+            first.acknowledge(done)  # finished behind a job still running: not committed
+            for _ in range(20):  # the slow job runs 200 s, far past the markers' life, renewing its lease
+                frozen.tick(10)
+                first.extend(running)
+            # The first worker dies without a word: its partition goes to the second.
+            first._let_go = lambda *args, **kw: None
+            consumer, first._consumer = first._consumer, None
+            consumer.close()
+            assert second.reserve_many(["work"], 5) == [], "the slow job still runs; the quick one is done"
+        finally:
+            second.close()
+            first.close()
+
+
+@pytest.mark.slow
+def test_listing_dead_letters_on_s3_storage_reads_to_the_end_offset(tansu_s3: Any, names: dict[str, str]) -> None:
+    from rainier_sync.types import encode
+
+    q = make(tansu_s3.bootstrap, names, partitions=1)
+    try:
+        topic = q.topic("work") + ".failed"
+        for i in range(60):  # one batch each: tansu stores each as an S3 object of its own
+            body = {"id": f"job-{i}", "name": "t.job", "queue": "work", "payload": {"n": i}, "error": "boom",
+                    "exception": {"kind": "RuntimeError", "message": "boom"}, "failed_at": 1.0 + i}
+            q._produce([(topic, f"job-{i}", encode({"failed": body}).encode())])
+        # tansu's end offset on S3 can stop short of the last records (see
+        # docs/drivers/kafka.rst): a listing reads to the end offset it sees.
+        from confluent_kafka import TopicPartition
+
+        _, end = q._inspect().get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        assert end > 0
+        assert end <= q.failed_count() <= 60, "a listing reads to the end offset, or says it could not"
+    finally:
+        q.close()
