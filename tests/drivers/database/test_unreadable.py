@@ -30,7 +30,7 @@ BAD: dict[str, tuple[Any, Any, Any, Any, str]] = {
     "not-an-object": ("[1, 2]", 0, 0, 3.5, "must be a JSON object"),
     "missing-fields": ('{"id": "bad-missing-fields", "name": "dbtest.x"}', 0, 0, 3.5, "no 'payload' field"),
     "wrong-field-types": (envelope("bad-wrong-field-types", "[1]"), 0, 0, 3.5, "payload must be a JSON object"),
-    "100000-deep": (envelope("bad-100000-deep", '{"v": ' + DEEP + "}"), 0, 0, 3.5, "RecursionError"),
+    "100000-deep": (envelope("bad-100000-deep", '{"v": ' + DEEP + "}"), 0, 0, 3.5, "nested too deeply"),
     "negative-attempts": (envelope("bad-negative-attempts"), -5, 0, 3.5, "attempt count -5"),
     "absurd-attempts": (envelope("bad-absurd-attempts"), 2_147_483_647, 0, 3.5, "attempt count"),
     "priority-x": (envelope("bad-priority-x"), 0, "x", 3.5, "priority 'x'"),
@@ -204,8 +204,18 @@ def test_a_value_the_database_refuses_is_a_payload_error_never_a_client_library_
         assert "refused" in str(exc) and queue.describe().split("(")[1].split(":")[0] in str(exc).lower()
         assert queue.size() == 0, "nothing of a refused job is stored"
     else:
-        (back,) = queue.reserve_many([job.queue], 1)
-        assert (back.id, back.name, back.queue, back.priority) == (job.id, job.name, job.queue, job.priority)
+        back = queue.reserve_many([job.queue], 1)
+        if back:
+            assert (back[0].id, back[0].name, back[0].queue, back[0].priority) == (
+                job.id,
+                job.name,
+                job.queue,
+                job.priority,
+            )
+        else:
+            # Stored, but past what an envelope may carry (dispatch refuses it first): unreadable, not lost.
+            (failed,) = queue.failed_jobs()
+            assert failed.id == job.id and "priority" in failed.error
     queue.close()
 
 

@@ -164,9 +164,8 @@ def test_a_lapsed_lease_lets_the_job_run_again(kafka_brokers: str, names: dict[s
 def test_a_job_whose_workers_keep_dying_is_handed_out_spent_and_the_executor_fails_it(
     kafka_brokers: str, names: dict[str, str]
 ) -> None:
-    from rainier_sync._execution import Executor
-
     from rainier_sync import Container, JobRegistry
+    from rainier_sync.execution import Executor
 
     locks = MemoryLockStore()
     failed: list[dict[str, Any]] = []

@@ -35,7 +35,7 @@ BAD: dict[str, tuple[dict[str, str], str]] = {
     "envelope missing fields": ({"j": '{"id":"x","queue":"default"}', "a": "0"}, "no 'name' field"),
     "nested 100,000 deep": (
         {"j": envelope(payload='{"deep":' + "[" * DEEP + "]" * DEEP + "}"), "a": "0"},
-        "recursion",
+        "nested too deeply",
     ),
     "negative attempts": ({"j": envelope(), "a": "-1"}, "attempts"),
     "attempts not a number": ({"j": envelope(), "a": "abc"}, "attempts"),
@@ -151,7 +151,7 @@ def test_a_deep_entry_in_the_failed_store_is_listed_and_retried_as_it_came(
     redis_client.xadd(stream(prefix), fields)
     assert [j.payload["n"] for j in queue.reserve_many(["default"], 8)] == [0]
     (failed,) = queue.failed_jobs()
-    assert failed.name == "<unreadable>" and "recursion" in failed.error.lower()
+    assert failed.name == "<unreadable>" and "nested too deeply" in failed.error.lower()
     assert queue.retry_failed(failed.id)
     assert queue.failed_count() == 0
     found = redis_client.xrange(stream(prefix))
