@@ -231,3 +231,32 @@ def test_a_value_refused_within_the_callers_transaction_is_a_payload_error(pg_ur
     assert queue.size() == 0
     queue.close()
 
+
+
+def test_a_once_run_with_one_thread_goes_on_past_unreadable_rows_to_the_job_behind_them(db_url: str) -> None:
+    from dataclasses import dataclass
+
+    from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+
+    ran: list[int] = []
+
+    @dataclass
+    class Behind(Job):
+        NAME = "dbtest.behind"
+
+        n: int
+
+        def handle(self, context: JobContext) -> None:
+            ran.append(self.n)
+
+    for kind in ("100000-deep", "not-json"):
+        body, attempts, priority, _, _ = BAD[kind]
+        insert_raw(db_url, f"bad-{kind}", body, attempts, priority, 1.0)  # due long ago: claimed first
+    queue = DatabaseQueue.from_url(db_url)
+    manager = QueueManager({"db": queue}, registry=JobRegistry().with_job(Behind), container=Container())
+    manager.dispatch(Behind(7))
+    stats = Worker(manager, options=WorkerOptions(once=True, concurrency=1, prefetch=0)).run()
+    assert ran == [7], "the due job behind the unreadable rows did not run"
+    assert (stats.processed, stats.discarded) == (1, 2)
+    assert queue.size() == 0 and queue.failed_count() == 2
+    queue.close()
