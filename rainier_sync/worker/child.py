@@ -75,13 +75,14 @@ def flush_stdio() -> None:
             pass
 
 
-def kill_group(leader: int, sig: int) -> None:
+def kill_group(leader: int, sig: int) -> bool:
     """Signal the process group a child leads (it outlives the child while any of
-    the job's own processes are left in it)."""
+    the job's own processes are left in it); False when there is no such group."""
     try:
         os.killpg(leader, sig)
     except (ProcessLookupError, PermissionError):
-        pass
+        return False
+    return True
 
 
 # -- the fork server and the children (run after fork; never return) ------------------------

@@ -137,15 +137,18 @@ class _Child:
 
     def kill(self, sig: int) -> None:
         """Signal the child and every process it started: the child leads a process
-        group of its own, so a job's own subprocesses go with it."""
-        try:
+        group of its own (made before its pid reached us), so a job's own
+        subprocesses go with it. Once: a second SIGTERM would interrupt the
+        child's clean-up after the first."""
+        if kill_group(self.pid, sig):
+            return
+        try:  # no group left: the child alone, if it is still there
             if self.pidfd is not None:
                 signal.pidfd_send_signal(self.pidfd, sig)
             else:
                 os.kill(self.pid, sig)
         except ProcessLookupError:
             pass
-        kill_group(self.pid, sig)
 
     def close(self) -> None:
         self.alive = False
