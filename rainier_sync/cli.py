@@ -229,7 +229,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
     driver = manager.connection(args.connection)
     name = args.connection or manager.default
     if not driver.driver.needs_a_worker():
-        raise UsageError(f"connection {name!r} is {driver.driver.value}: it runs jobs inline, there is nothing to work")
+        raise UsageError(f"connection {name!r} is {driver.kind}: it runs jobs inline, there is nothing to work")
     if not len(manager.registry):
         raise UsageError(f"the job registry is empty, so every job would fail as unknown: {frontend.registry_hint}")
     given = {
@@ -248,16 +248,15 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
-    check_eviction_policy = getattr(driver, "check_eviction_policy", None)
-    if callable(check_eviction_policy):
-        check_eviction_policy()  # logs a warning unless Redis refuses writes rather than evicting jobs
+    if driver.capabilities.eviction_check:
+        driver.check_eviction_policy()  # logs a warning unless the backend refuses writes rather than evicting jobs
     worker = frontend.worker(manager, options, args.connection)
     if threading.current_thread() is threading.main_thread():
         worker.install_signal_handlers()
     log.info(
         "worker started: connection %s (%s), queues %s, concurrency %d%s",
         name,
-        driver.driver.value,
+        driver.kind,
         ",".join(options.queues),
         options.concurrency,
         ", once" if options.once else "",
@@ -410,7 +409,7 @@ def cmd_forget(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
 def cmd_reclaim(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
     manager = frontend.manager(args)
     for name, driver in _selected(manager, args.connection):
-        out.write(f"{name} ({driver.driver.value}): {driver.reclaim_expired()} lapsed reservation(s) reclaimed\n")
+        out.write(f"{name} ({driver.kind}): {driver.reclaim_expired()} lapsed reservation(s) reclaimed\n")
     return EXIT_OK
 
 
@@ -419,7 +418,7 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     wanted = [q for q in (args.queue or "").split(",") if q]
     report: list[dict[str, Any]] = []
     for name, driver in _selected(manager, args.connection):
-        entry: dict[str, Any] = {"connection": name, "driver": driver.driver.value, "queues": {}, "failed": 0}
+        entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0}
         if driver.driver.is_deferred():
             for queue in dict.fromkeys([*wanted, *sorted(driver.queue_names())]):
                 counts = driver.counts(queue)
@@ -454,18 +453,12 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
 def cmd_migrate(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
     manager = frontend.manager(args)
     for name, driver in _selected(manager, args.connection):
-        migrate: Callable[[], Any] | None = getattr(driver, "migrate", None)
-        if migrate is None:
-            out.write(f"{name} ({driver.driver.value}): nothing to migrate\n")
+        if not driver.capabilities.migrations:
+            out.write(f"{name} ({driver.kind}): nothing to migrate\n")
             continue
-        result = migrate()
-        if isinstance(result, (list, tuple)):
-            detail = f"applied migration(s) {', '.join(map(str, result))}" if result else "already up to date"
-        elif isinstance(result, int) and not isinstance(result, bool):
-            detail = f"applied {result} migration(s)" if result else "already up to date"
-        else:
-            detail = "migrated"
-        out.write(f"{name} ({driver.driver.value}): {detail}\n")
+        applied = driver.migrate()
+        detail = f"applied migration(s) {', '.join(map(str, applied))}" if applied else "already up to date"
+        out.write(f"{name} ({driver.kind}): {detail}\n")
     return EXIT_OK
 
 

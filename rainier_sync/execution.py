@@ -23,7 +23,7 @@ from .types import ExceptionInfo, QueuedJob
 
 if TYPE_CHECKING:
     from .container import Container
-    from .drivers.base import BaseQueue
+    from .drivers.base import Consumer
     from .locks.base import LockStore
     from .registry import JobRegistry
 
@@ -200,12 +200,15 @@ class Executor:
         return Completion(queued, FAILED, info=info, exception=error, duration=duration)
 
     # -- settling ----------------------------------------------------------------
-    def apply(self, driver: BaseQueue, completion: Completion) -> None:
+    def apply(self, driver: Consumer, completion: Completion) -> None:
         """Perform one completion on the driver, then announce it."""
         if completion.outcome is PROCESSED:
             driver.acknowledge(completion.job)
         elif completion.outcome is INTERRUPTED:
-            driver.give_back([completion.job])
+            if driver.capabilities.give_back:
+                driver.give_back([completion.job])
+            else:  # this driver cannot hand a job back uncounted: the cut-short attempt is spent
+                driver.release(completion.job, 0)
         elif completion.outcome is RELEASED or completion.outcome is ABANDONED:
             driver.release(completion.job, completion.delay)
         else:

@@ -216,15 +216,15 @@ class QueueManager:
         batch where the backend allows; ids in order (None for dropped duplicates)."""
         name = self.default
         jobs = list(jobs)
-        push_stream = getattr(self.connection(name), "push_stream", None)
+        driver = self.connection(name)
         # Unique jobs take their locks before anything is stored: the lock store may
         # share the very connection a stream is writing on.
         if (
-            push_stream is not None
+            driver.capabilities.streaming_push
             and self._router is None
             and not any(type(job).unique_id is not Job.unique_id for job in jobs)
         ):
-            return self._stream(name, jobs, push_stream)
+            return self._stream(name, jobs, driver.push_stream)
         return self._send(name, self._build_many(jobs, name))
 
     def dispatch_now(self, job: Job) -> str:
@@ -326,7 +326,7 @@ class QueueManager:
         if job_class not in _checked_classes:
             check_job_class(job_class)
             _checked_classes.add(job_class)
-        known = self.registry._jobs.get(name)
+        known = self.registry.find(name)
         if known is not None and known is not job_class:
             raise JobDefinitionError(
                 f"job name {name!r} is registered to {known.__qualname__}, not {job_class.__qualname__}"
@@ -366,13 +366,12 @@ class QueueManager:
             return ids
         try:
             if within is not None:
-                push_within = getattr(driver, "push_within", None)
-                if push_within is None:
+                if not driver.capabilities.transactional_dispatch:
                     raise TypeError(
-                        f"connection {name!r} ({driver.driver.value}) cannot dispatch within a caller's "
+                        f"connection {name!r} ({driver.kind}) cannot dispatch within a caller's "
                         "transaction; only the database driver can"
                     )
-                push_within(within, to_push)
+                driver.push_within(within, to_push)
             elif len(to_push) == 1:
                 driver.push(to_push[0])
             else:

@@ -64,6 +64,10 @@ class JobRegistry:
                 f"no job named {name!r} is registered; register its class with JobRegistry.register()"
             ) from None
 
+    def find(self, name: str) -> type[Job] | None:
+        """The class registered under ``name``, or None."""
+        return self._jobs.get(name)
+
     def __contains__(self, name: object) -> bool:
         return name in self._jobs
 

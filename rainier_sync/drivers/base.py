@@ -1,4 +1,10 @@
-"""The driver port: what every queue backend implements."""
+"""The driver port: what every queue backend implements.
+
+Its parts: a :class:`Producer` (storing jobs), the :class:`Consumer`
+operations that a worker's owning loop opens as a :class:`ConsumerSession`
+(claim, settle, renew, reclaim, wait), a :class:`FailedStore`, an
+:class:`Inspector`, and the :class:`Capabilities` a driver declares.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,28 @@ import select
 import threading
 import weakref
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+from ..errors import RainierError
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
 
 if TYPE_CHECKING:
     from ..manager import QueueManager
 
-__all__ = ["QueueDriver", "BaseQueue", "Waker"]
+__all__ = [
+    "QueueDriver",
+    "Capabilities",
+    "CapabilityError",
+    "Producer",
+    "Consumer",
+    "ConsumerSession",
+    "SharedSession",
+    "FailedStore",
+    "Inspector",
+    "BaseQueue",
+    "Waker",
+]
 
 
 class QueueDriver(enum.Enum):
@@ -133,27 +153,48 @@ class Waker:
             self._finalizer()
 
 
-class BaseQueue(ABC):
-    """The port every deferred driver implements: reserve, then acknowledge.
+@dataclass(frozen=True)
+class Capabilities:
+    """What a driver can do beyond the port's common ground, declared by the
+    driver and read by the worker, the manager, the command line and the
+    dashboard (nothing probes a driver for methods).
 
-    A reserved job stays in the store, invisible to other workers, until it is
-    acknowledged, released, failed, or its reservation lapses and
-    :meth:`reclaim_expired` makes it available again.
+    A driver that declares a capability implements the method it names; one that
+    does not is never asked for it, and its default refuses by name.
     """
 
-    #: Which driver this is.
-    driver: QueueDriver
-    #: Seconds a reservation lasts before another worker may reclaim the job;
-    #: ``None`` when the driver has no reservations (sync).
-    reservation: float | None = None
-    #: The connection name the manager declared this driver under.
-    connection: str = "default"
+    #: A lower ``PRIORITY`` runs first within a queue.
+    priority: bool = True
+    #: Jobs claimed and never started go back without spending an attempt (:meth:`Consumer.give_back`),
+    #: so the worker may claim ahead of its threads.
+    give_back: bool = False
+    #: :meth:`Consumer.extend` renews reservations: the worker's heartbeat keeps long jobs claimed.
+    renews: bool = True
+    #: :meth:`Consumer.wait_for_jobs` returns when a job is pushed (not only when its timeout passes).
+    wakes: bool = False
+    #: :meth:`Consumer.acknowledge_and_reserve` settles and claims in one round trip.
+    combined_claim: bool = False
+    #: :meth:`Producer.push_stream` stores a batch while it is being built.
+    streaming_push: bool = False
+    #: :meth:`Producer.push_within` writes jobs in the caller's own database transaction.
+    transactional_dispatch: bool = False
+    #: :meth:`BaseQueue.check_eviction_policy` can tell whether the backend may evict jobs.
+    eviction_check: bool = False
+    #: :meth:`BaseQueue.migrate` creates or updates the backend's tables.
+    migrations: bool = False
 
-    def bind(self, manager: QueueManager, connection: str) -> None:
-        """Called by the manager that declares this driver."""
-        self.connection = connection
 
-    # -- producing ---------------------------------------------------------
+class CapabilityError(RainierError, NotImplementedError):
+    """A driver was asked for something it does not declare it can do."""
+
+
+def _refuse(driver: Any, capability: str, what: str) -> CapabilityError:
+    return CapabilityError(f"{type(driver).__name__} ({driver.describe()}) cannot {what} (capability {capability!r})")
+
+
+class Producer(ABC):
+    """The producer side of the port: storing jobs."""
+
     @abstractmethod
     def push(self, job: QueuedJob) -> str:
         """Store one job; returns its id."""
@@ -162,11 +203,32 @@ class BaseQueue(ABC):
         """Store several jobs, in one round trip where the backend allows."""
         return [self.push(job) for job in jobs]
 
-    # -- consuming ---------------------------------------------------------
+    def push_stream(self, slices: Iterator[Sequence[QueuedJob]]) -> None:
+        """Store the jobs of ``slices`` while later slices are still being built
+        (``Capabilities.streaming_push``)."""
+        raise _refuse(self, "streaming_push", "store a batch while it is being built")
+
+    def push_within(self, connection: Any, jobs: Sequence[QueuedJob]) -> list[str]:
+        """Write ``jobs`` on the caller's open connection, in its transaction
+        (``Capabilities.transactional_dispatch``)."""
+        raise _refuse(self, "transactional_dispatch", "dispatch within a caller's transaction")
+
+
+class Consumer(ABC):
+    """The consumer operations: claim, settle, renew, reclaim and wait.
+
+    A worker's owning loop uses them through the :class:`ConsumerSession` it
+    opens with :meth:`BaseQueue.open_session`; scripts and tests may call them
+    on the driver itself.
+    """
+
+    #: What the driver behind these operations can do (a driver may refine it per instance).
+    capabilities: Capabilities = Capabilities()
+
     @abstractmethod
     def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
-        """Reserve up to ``limit`` due jobs, trying ``queues`` in order (all of
-        the first before any of the second). Never blocks. Each returned job has
+        """Reserve up to ``limit`` due jobs, trying ``queues`` in order (all of the
+        first before any of the second). Never blocks. Each returned job has
         ``attempts`` already counting this attempt."""
 
     def reserve(self, queues: Sequence[str] | str) -> QueuedJob | None:
@@ -184,7 +246,8 @@ class BaseQueue(ABC):
 
     def acknowledge_and_reserve(self, done: Sequence[QueuedJob], queues: Sequence[str], limit: int) -> list[QueuedJob]:
         """Acknowledge ``done``, then reserve up to ``limit`` jobs as
-        :meth:`reserve_many` does: in one round trip, for a driver that can.
+        :meth:`reserve_many` does: in one round trip where the driver declares
+        ``Capabilities.combined_claim``.
 
         When it raises, nothing was reserved, and the acknowledgements may or may
         not have been applied: the worker sends them again, so acknowledging a
@@ -195,11 +258,10 @@ class BaseQueue(ABC):
         return self.reserve_many(queues, limit)
 
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
-        """Return reserved jobs that never started (a stopping worker's prefetch):
-        available again at once, their reservation's attempt not counted where
-        the backend allows. The default releases them, which counts it."""
-        for job in jobs:
-            self.release(job, 0)
+        """Return reserved jobs that never ran (a stopping worker's prefetch, an
+        attempt its stop cut short): available again at once, their attempt not
+        spent (``Capabilities.give_back``)."""
+        raise _refuse(self, "give_back", "hand a job back without spending its attempt")
 
     @abstractmethod
     def release(self, job: QueuedJob, delay: float = 0) -> None:
@@ -209,15 +271,81 @@ class BaseQueue(ABC):
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Move a reserved job to the failed store."""
 
+    @abstractmethod
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Renew the reservations of running jobs for ``seconds`` (default: the
-        driver's reservation) from now."""
+        driver's reservation) from now (``Capabilities.renews``)."""
 
     @abstractmethod
     def reclaim_expired(self) -> int:
         """Make every job whose reservation lapsed available again; returns how many."""
 
-    # -- the failed store ----------------------------------------------------
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        """Block up to ``timeout`` seconds, returning early when a job may have
+        become available or ``waker`` is set. The default only honours the waker
+        (``Capabilities.wakes`` says a driver does better)."""
+        waker.wait(timeout)
+
+
+class ConsumerSession(Consumer):
+    """The consumer operations as one owning loop (a worker's) holds them open:
+    opened by :meth:`BaseQueue.open_session`, closed when the loop ends. Not shared
+    between threads."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """The loop has ended: let go of what its waits and claims hold. The
+        driver stays usable."""
+
+
+class SharedSession(ConsumerSession):
+    """The session of a driver whose consumer state is all its own (most of
+    them): each operation goes straight to the driver."""
+
+    def __init__(self, driver: BaseQueue) -> None:
+        self.driver = driver
+        self.capabilities = driver.capabilities
+
+    def describe(self) -> str:
+        return self.driver.describe()
+
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        return self.driver.reserve_many(queues, limit)
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        self.driver.acknowledge(job)
+
+    def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
+        self.driver.acknowledge_many(jobs)
+
+    def acknowledge_and_reserve(self, done: Sequence[QueuedJob], queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        return self.driver.acknowledge_and_reserve(done, queues, limit)
+
+    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
+        self.driver.give_back(jobs)
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        self.driver.release(job, delay)
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        return self.driver.fail(job, error)
+
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        self.driver.extend(jobs, seconds)
+
+    def reclaim_expired(self) -> int:
+        return self.driver.reclaim_expired()
+
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        self.driver.wait_for_jobs(queues, timeout, waker)
+
+    def close(self) -> None:
+        self.driver.worker_stopped()
+
+
+class FailedStore(ABC):
+    """The failed store: jobs that used up their attempts, or could not be read."""
+
     @abstractmethod
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         """The most recently failed jobs, newest first."""
@@ -240,7 +368,10 @@ class BaseQueue(ABC):
                 return failed
         return None
 
-    # -- inspection --------------------------------------------------------
+
+class Inspector(ABC):
+    """Read-only inspection: how many jobs, where."""
+
     @abstractmethod
     def size(self, queue: str | None = None) -> int:
         """Jobs not yet done on ``queue`` (ready, delayed and reserved)."""
@@ -253,16 +384,47 @@ class BaseQueue(ABC):
         """Queues this backend knows to hold jobs (best effort)."""
         return []
 
-    # -- waiting -----------------------------------------------------------
-    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
-        """Block up to ``timeout`` seconds, returning early when a job may have
-        become available or ``waker`` is set. The default only honours the waker."""
-        waker.wait(timeout)
+
+class BaseQueue(Producer, Consumer, FailedStore, Inspector):
+    """The port every driver implements: a :class:`Producer`, the
+    :class:`Consumer` operations (opened per owning loop as a
+    :class:`ConsumerSession`), a :class:`FailedStore` and an :class:`Inspector`,
+    with the :class:`Capabilities` it declares.
+
+    Reserve, then acknowledge: a reserved job stays in the store, invisible to
+    other workers, until it is acknowledged, released, failed, or its
+    reservation lapses and :meth:`reclaim_expired` makes it available again.
+    """
+
+    #: Which driver this is.
+    driver: QueueDriver
+    #: Seconds a reservation lasts before another worker may reclaim the job;
+    #: ``None`` when the driver has no reservations (sync).
+    reservation: float | None = None
+    #: The connection name the manager declared this driver under.
+    connection: str = "default"
+
+    def bind(self, manager: QueueManager, connection: str) -> None:
+        """Called by the manager that declares this driver."""
+        self.connection = connection
+
+    def open_session(self) -> ConsumerSession:
+        """Open the consumer session one owning loop (a worker's) works through."""
+        return SharedSession(self)
 
     def worker_stopped(self) -> None:
-        """A worker that waited on this driver has stopped: let go of what its idle
-        waits hold (the Redis driver's blocking read). The driver stays usable."""
+        """A :class:`SharedSession` on this driver closed."""
 
+    # -- optional, by capability ---------------------------------------------------------
+    def migrate(self) -> list[int]:
+        """Create or update the backend's tables; the versions applied (``Capabilities.migrations``)."""
+        raise _refuse(self, "migrations", "migrate")
+
+    def check_eviction_policy(self) -> str | None:
+        """Warn (and return the policy) when the backend may evict jobs (``Capabilities.eviction_check``)."""
+        raise _refuse(self, "eviction_check", "check an eviction policy")
+
+    # -- messages the driver could not read ----------------------------------------------
     def announce_discarded(self, info: ExceptionInfo, raw: object) -> None:
         """Tell listeners (``queue_message_discarded``) about a message this
         driver could not read and moved to its failed store."""
@@ -275,8 +437,14 @@ class BaseQueue(ABC):
     def close(self) -> None:
         """Release connections and threads."""
 
-    def describe(self) -> str:
+    @property
+    def kind(self) -> str:
+        """The driver's name, as configuration spells it (``"redis"``)."""
         return self.driver.value
+
+    def describe(self) -> str:
+        """The driver's name and where it points, for messages."""
+        return self.kind
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"

@@ -51,7 +51,7 @@ from ..errors import (
 )
 from ..locks.base import LockStore
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
-from .base import BaseQueue, QueueDriver, Waker, as_job_list
+from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 
 try:
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -220,6 +220,7 @@ class KafkaQueue(BaseQueue):
     """
 
     driver = QueueDriver.KAFKA
+    capabilities = Capabilities(priority=False, give_back=True, wakes=True)
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import _clock
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
-from .base import BaseQueue, QueueDriver, Waker, as_job_list
+from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 
 if TYPE_CHECKING:
     from ..container import Container
@@ -31,6 +31,7 @@ class MemoryQueue(BaseQueue):
     """
 
     driver = QueueDriver.MEMORY
+    capabilities = Capabilities(give_back=True, wakes=True)
 
     def __init__(self, reservation: float = 90) -> None:
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:

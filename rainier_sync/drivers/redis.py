@@ -48,7 +48,7 @@ from ..types import (
 from ..types import (
     decode as decode_json,
 )
-from .base import BaseQueue, QueueDriver, Waker, as_job_list
+from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 
 try:
     import redis
@@ -801,6 +801,7 @@ class RedisQueue(BaseQueue):
     """
 
     driver = QueueDriver.REDIS
+    capabilities = Capabilities(give_back=True, wakes=True, eviction_check=True)
 
     def __init__(
         self,

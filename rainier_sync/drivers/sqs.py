@@ -32,7 +32,7 @@ from ..errors import (
     RainierError,
 )
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
-from .base import BaseQueue, QueueDriver, Waker, as_job_list
+from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 
 boto3: Any
 _BotoConfig: Any
@@ -218,6 +218,7 @@ class SqsQueue(BaseQueue):
     """
 
     driver = QueueDriver.SQS
+    capabilities = Capabilities(priority=False, give_back=True, wakes=True)
 
     def __init__(
         self,
@@ -277,6 +278,9 @@ class SqsQueue(BaseQueue):
         if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))):
             raise ConfigurationError(f"SqsQueue endpoint must be an http(s) URL, got {endpoint!r}")
         self.queue_urls: dict[str, str] = urls
+        if any(_is_fifo(url) for url in urls.values()):
+            # A FIFO queue's hand-back keeps its group's order, and so counts the receive.
+            self.capabilities = Capabilities(priority=False, give_back=False, wakes=True)
         self.failed_queue_url: str = failed_queue_url
         self.endpoint = endpoint
         if client is not None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 from .. import _clock
 from ..execution import ABANDONED, FAILED, PROCESSED, Executor
 from ..types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
-from .base import BaseQueue, QueueDriver
+from .base import BaseQueue, Capabilities, QueueDriver
 
 if TYPE_CHECKING:
     from ..container import Container
@@ -28,6 +28,7 @@ class SyncQueue(BaseQueue):
     """
 
     driver = QueueDriver.SYNC
+    capabilities = Capabilities(priority=False, renews=False)
 
     def __init__(self, registry: JobRegistry | None = None, container: Container | None = None) -> None:
         self.registry = registry
@@ -89,6 +90,9 @@ class SyncQueue(BaseQueue):
 
     def reclaim_expired(self) -> int:
         return 0
+
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        pass  # nothing here is ever reserved
 
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         return list(reversed(self.failed))[:limit]

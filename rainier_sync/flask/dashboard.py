@@ -192,7 +192,7 @@ class ConnectionView:
 
 
 def _connection_view(manager: QueueManager, name: str, driver: BaseQueue, limit: int) -> ConnectionView:
-    view = ConnectionView(name=name, driver=driver.driver.value, is_default=name == manager.default)
+    view = ConnectionView(name=name, driver=driver.kind, is_default=name == manager.default)
     try:
         scanned = driver.failed_jobs(limit=FAILED_SCAN)
         failed_by_queue: dict[str, int] = {}

@@ -52,6 +52,9 @@ class _Recorder(BaseQueue):
     def reclaim_expired(self) -> int:
         return 0
 
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        pass  # nothing here is ever reserved
+
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
         return []
 

@@ -1,12 +1,13 @@
-"""The worker: one owning loop talks to the backend, a thread pool runs handlers.
+"""The worker's owning loop: the one thread that talks to the backend.
 
-The owning loop claims jobs for free threads, plus a prefetch sized by how fast
-jobs finish (a batch per round trip), acknowledges completions in batches (with
-the next claim, where the driver can do both at once), renews reservations of
-claimed jobs (heartbeats), reclaims lapsed reservations now and then, and
-sleeps on a :class:`~rainier_sync.drivers.base.Waker` that the backend, a
-finishing job or :meth:`Worker.stop` can set. Pool threads only run handlers,
-so a driver needs one connection per worker process, not one per thread.
+Each turn of :meth:`Worker.run` goes through named phases: **maintain**
+(renew the reservations of held jobs, sweep lapsed ones, collect finished
+attempts), then either **shut down** (once stopped: hand back what never
+started, settle, wait out the grace) or **claim** (settle and claim in one
+round trip where the driver can) and, with nothing to claim, **idle** on a
+:class:`~rainier_sync.drivers.base.Waker` that the backend, a finishing job
+or :meth:`Worker.stop` can set. Pool threads only run handlers, so a driver
+needs one connection per worker process, not one per thread.
 """
 
 from __future__ import annotations
@@ -16,26 +17,27 @@ import logging
 import signal
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import _clock, signals
-from ..errors import QueueUnavailableError
-from ..execution import ABANDONED, FAILED, INTERRUPTED, PROCESSED, RELEASED, Completion, Executor
+from ..errors import ConfigurationError, QueueUnavailableError
+from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
 from ..types import ExceptionInfo, QueuedJob
-from .child import load_child_setup, supported
+from .attempts import Attempts
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
 from .pool import Pool
-from .supervisor import Supervisor
+from .settle import Claims
 
 if TYPE_CHECKING:
     from ..container import Container
-    from ..drivers.base import BaseQueue
+    from ..drivers.base import BaseQueue, ConsumerSession
     from ..manager import QueueManager
     from ..registry import JobRegistry
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("rainier_sync")
+
 
 class Worker:
     """Runs jobs from one connection of a :class:`~rainier_sync.QueueManager`.
@@ -61,22 +63,26 @@ class Worker:
         self.container = container if container is not None else manager.container
         self.connection_name = connection or self.options.connection or manager.default
         self.driver: BaseQueue = manager.connection(self.connection_name)
+        capabilities = self.driver.capabilities
+        if self.driver.reservation is not None and not capabilities.renews:
+            raise ConfigurationError(
+                f"connection {self.connection_name!r} ({self.driver.describe()}) reserves jobs but cannot renew "
+                "reservations: a job running longer than its reservation would be handed to a second worker"
+            )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self)
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._stopped_at: float | None = None
         self._waker = Waker()
         self._pool: Pool[QueuedJob] | None = None
-        #: Attempts finished by pool threads, not yet seen by the owning loop.
-        self._done: collections.deque[Completion] = collections.deque()
-        #: Every job claimed and not yet settled: waiting in the pool, running, or finished.
-        self._running: dict[int, QueuedJob] = {}  # by the claimed object: a job id may come twice
+        self._session: ConsumerSession | None = None
+        self._claims = Claims(
+            self._consumer, self.executor, self.stats, report=self._operation_failed, stop=self.stop,
+            stopping=self._stop.is_set,
+        )  # fmt: skip
         # What running jobs see as context.stop_requested: one notice for all of
         # them (set by stop()), apart from the worker's own stop flag.
         self._stop_notice = threading.Event()
-        #: Finished attempts the owning loop has yet to apply to the backend.
-        self._unsettled: list[Completion] = []
-        self._unsettled_since = 0.0
         #: Claimed jobs that never started, to hand back at stop.
         self._unstarted: list[QueuedJob] = []
         #: Jobs a pool thread took just as the worker stopped, and left unstarted.
@@ -87,25 +93,22 @@ class Worker:
         self._taken = 0
         #: Finished attempts at which a pool thread wakes the owning loop to settle and claim.
         self._refill_at = 1
-        #: The recent mean duration of an attempt (seconds), for sizing the prefetch.
-        self._pace: float | None = None
         self._rank = {queue: index for index, queue in enumerate(self.options.queues)}
-        from ..drivers.base import BaseQueue as _Base
-
-        self._combined = type(self.driver).acknowledge_and_reserve is not _Base.acknowledge_and_reserve
-        # Claiming ahead needs a driver that can hand unstarted jobs back uncounted
-        # at stop; with the default give_back (a release) each would spend an attempt.
-        self._may_claim_ahead = type(self.driver).give_back is not _Base.give_back
-        self._supervisor: Supervisor | None = None
-        self._supervisor_lock = threading.Lock()
-        self._supervisor_warned = False
-        self._child_setup = load_child_setup(self.options.child_setup)
-        self._children_interrupted_at: float | None = None
+        self._combined = capabilities.combined_claim
+        # Claiming ahead needs a driver that hands unstarted jobs back uncounted at stop.
+        self._may_claim_ahead = capabilities.give_back
+        #: Runs attempts, in this process or (with a time limit) in supervised children.
+        self.attempts = Attempts(self.executor, manager, self.registry, self.options)
         self._last_error = ""
         #: When the backend's current run of failures began (None: its last operation worked).
         self._failing_since: float | None = None
+        self._failures = 0
         #: The owning loop's thread: discards it hears of while claiming are this worker's.
         self._loop_thread: int | None = None
+        reservation = self.driver.reservation
+        self._beat = self.options.heartbeat or (reservation / 3 if reservation else None)
+        self._next_beat = float("inf")
+        self._next_reclaim = 0.0
 
     # -- control -----------------------------------------------------------------------
     @property
@@ -175,119 +178,168 @@ class Worker:
     # -- the owning loop -----------------------------------------------------------
     def run(self) -> WorkerStats:
         """Work until stopped; with ``once``, until nothing is due. Returns the stats."""
-        opts = self.options
-        driver = self.driver
-        reservation = driver.reservation
-        beat = opts.heartbeat or (reservation / 3 if reservation else None)
-        next_beat = self._next_beat = _clock.monotonic() + beat if beat else float("inf")
-        next_reclaim = 0.0
-        failures = 0
+        self._begin()
+        try:
+            while self._turn():
+                pass
+        finally:
+            self._shut_down()
+        return self.stats
+
+    def _begin(self) -> None:
+        now = _clock.monotonic()
+        self._next_beat = now + self._beat if self._beat else float("inf")
+        self._next_reclaim = 0.0
+        self._failures = 0
         self._failing_since = None
         self._loop_thread = threading.get_ident()
-        signals.queue_message_discarded.connect(self._heard_discard, sender=driver, weak=False)
-        pool = self._start_pool()
+        signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
+        self._start_pool()
+
+    def _turn(self) -> bool:
+        """One turn of the loop; False when the run is over."""
+        self._waker.clear()
+        if self.options.once:
+            self._check_give_up()
+        signalled, self._signalled = self._signalled, None
+        if signalled is not None:
+            self.stop(signalled[0])
+        now = _clock.monotonic()
+        self._maintain(now)
+        if self._stop.is_set():
+            return self._stopping()
+        return self._claim(now)
+
+    def _maintain(self, now: float) -> None:
+        """Renew what this worker holds, sweep lapsed reservations, collect finished attempts.
+
+        Renewals come first, so neither a sweep nor a backend that keeps failing
+        to settle can let them lapse under jobs this worker is still running.
+        """
+        claims = self._claims
+        if self._beat is not None and now >= self._next_beat:
+            self._next_beat = now + self._beat
+            if claims.held:
+                self._heartbeat()
+        if now >= self._next_reclaim:
+            self._next_reclaim = now + self.options.reclaim_interval
+            self._backend("reclaim_expired", self._consumer().reclaim_expired)
+        claims.collect(now)
+
+    def _stopping(self) -> bool:
+        """A turn once stopped: hand back what never started, settle, wait out the grace."""
+        claims = self._claims
+        self._gather_unstarted()
+        handed_back = self._give_back()
+        settled = claims.settle(_clock.monotonic())
+        if handed_back and settled and not claims.held:
+            return False
+        if self._grace_over():
+            if self.attempts.interrupt_children():
+                self._waker.wait(0.05)
+                return True
+            self._abandon_running()
+            return False
+        if not (handed_back and settled):
+            self._backend_failed()
+            return True
+        self._waker.wait(0.1)
+        return True
+
+    def _claim(self, now: float) -> bool:
+        """Settle and claim for the room there is, or wait for room; False when a run is done."""
+        opts, claims, pool = self.options, self._claims, self._line()
+        capacity, refill = self._capacity()
+        waiting = pool.waiting()
+        limit = capacity - len(claims.running) + len(claims.unsettled)
+        if opts.max_jobs is not None:
+            limit = min(limit, opts.max_jobs - self._taken)
+            if limit <= 0 and not claims.held:
+                return False
+        if limit <= 0 or (limit < refill and waiting):
+            self._settle_or_wait(now, waiting, refill)
+            return True
+        discarded = self.stats.discarded
+        jobs = claims.settle_and_claim(opts.queues, limit, combined=self._combined)
+        if jobs is None:
+            self._backend_failed()
+            return True
+        self._failures = 0
+        self._failing_since = None
+        if jobs:
+            self._hand_out(jobs)
+            return True
+        if self.stats.discarded > discarded:
+            return True  # the claim met only unreadable jobs: jobs due behind them may be waiting
+        if opts.once and not claims.running and not claims.done:
+            return False
+        self._idle(now)
+        return True
+
+    def _settle_or_wait(self, now: float, waiting: int, refill: int) -> None:
+        """Nothing worth a round trip yet: settle only what should not wait longer, or wait."""
+        claims = self._claims
+        unsettled = claims.unsettled
+        if unsettled and (not waiting or len(unsettled) >= refill or now - claims.unsettled_since >= ACK_DELAY):
+            if not claims.settle(now):
+                self._backend_failed()
+            return
+        # Pool threads wake this loop when the line runs dry or a batch's
+        # worth has finished; in between it looks again every ACK_DELAY.
+        timeout = None if self._beat is None else max(0.0, self._next_beat - now)
+        if unsettled:
+            timeout = max(0.0, claims.unsettled_since + ACK_DELAY - now)
+        elif waiting:
+            timeout = ACK_DELAY if timeout is None else min(timeout, ACK_DELAY)
+        self._waker.wait(timeout)
+
+    def _idle(self, now: float) -> None:
+        """The backend has nothing to claim: wait for it (or for the line to run down)."""
+        if self._line().waiting():
+            self._waker.wait(ACK_DELAY)  # the line is still running down
+            return
+        claims = self._claims
+        if not claims.running:
+            self.stats.idles += 1
+        sleep = self.options.sleep
+        wait = sleep if self._beat is None or not claims.held else min(sleep, max(0.0, self._next_beat - now))
         try:
-            while True:
-                self._waker.clear()
-                if opts.once:
-                    self._check_give_up()
-                signalled, self._signalled = self._signalled, None
-                if signalled is not None:
-                    self.stop(signalled[0])
-                now = _clock.monotonic()
-                # Renew our own reservations before anything else, so neither a
-                # reclaim sweep nor a backend that keeps failing to settle can let
-                # them lapse under jobs this worker is still running.
-                if beat is not None and now >= next_beat:
-                    next_beat = self._next_beat = now + beat
-                    if self._running or self._unsettled:
-                        self._heartbeat()
-                if now >= next_reclaim:
-                    next_reclaim = now + opts.reclaim_interval
-                    self._backend("reclaim_expired", driver.reclaim_expired)
-                self._collect(now)
-                if self._stop.is_set():
-                    self._gather_unstarted(pool)
-                    handed_back = self._give_back()
-                    settled = self._settle()
-                    if handed_back and settled and not self._running and not self._unsettled:
-                        break
-                    if self._grace_over():
-                        if self._interrupt_children():
-                            self._waker.wait(0.05)
-                            continue
-                        self._abandon_running()
-                        break
-                    if not (handed_back and settled):
-                        failures = self._backend_failed(failures)
-                        continue
-                    self._waker.wait(0.1)
-                    continue
-                capacity, refill = self._capacity()
-                waiting = pool.waiting()
-                limit = capacity - len(self._running) + len(self._unsettled)
-                if opts.max_jobs is not None:
-                    limit = min(limit, opts.max_jobs - self._taken)
-                    if limit <= 0 and not self._running and not self._unsettled:
-                        break
-                if limit <= 0 or (limit < refill and waiting):
-                    # Nothing worth a round trip yet: settle only what should not wait longer.
-                    if self._unsettled and (
-                        not waiting or len(self._unsettled) >= refill or now - self._unsettled_since >= ACK_DELAY
-                    ):
-                        if not self._settle():
-                            failures = self._backend_failed(failures)
-                        continue
-                    # Pool threads wake this loop when the line runs dry or a batch's
-                    # worth has finished; in between it looks again every ACK_DELAY.
-                    timeout = None if beat is None else max(0.0, next_beat - now)
-                    if self._unsettled:
-                        timeout = max(0.0, self._unsettled_since + ACK_DELAY - now)
-                    elif waiting:
-                        timeout = ACK_DELAY if timeout is None else min(timeout, ACK_DELAY)
-                    self._waker.wait(timeout)
-                    continue
-                discarded = self.stats.discarded
-                jobs = self._settle_and_claim(limit)
-                if jobs is None:
-                    failures = self._backend_failed(failures)
-                    continue
-                failures = 0
-                self._failing_since = None
-                if jobs:
-                    self._hand_out(pool, jobs)
-                    continue
-                if self.stats.discarded > discarded:
-                    continue  # the claim met only unreadable jobs: jobs due behind them may be waiting
-                if opts.once and not self._running and not self._done:
-                    break
-                if pool.waiting():
-                    self._waker.wait(ACK_DELAY)  # the backend has no more; the line is still running down
-                    continue
-                if not self._running:
-                    self.stats.idles += 1
-                busy = bool(self._running or self._unsettled)
-                wait = opts.sleep if beat is None or not busy else min(opts.sleep, max(0.0, next_beat - now))
-                try:
-                    driver.wait_for_jobs(opts.queues, wait, self._waker)
-                except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come
-                    self._operation_failed("wait_for_jobs", exc)
-                    self._waker.wait(wait)
-        finally:
-            signals.queue_message_discarded.disconnect(self._heard_discard)
-            self._stop_notice.set()
-            self._gather_unstarted(pool)
-            if self._unstarted and not self._give_back():
-                log.warning(
-                    "%d job(s) claimed ahead could not be handed back; they run again once their reservations lapse",
-                    len(self._unstarted),
-                )
-            self._stop_pool()
+            self._consumer().wait_for_jobs(self.options.queues, wait, self._waker)
+        except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come
+            self._operation_failed("wait_for_jobs", exc)
+            self._waker.wait(wait)
+
+    def _shut_down(self) -> None:
+        """The run is over: hand back what never started, stop the pool, close the session."""
+        signals.queue_message_discarded.disconnect(self._heard_discard)
+        self._stop_notice.set()
+        if self._pool is not None:
+            self._gather_unstarted()
+        if self._unstarted and not self._give_back():
+            log.warning(
+                "%d job(s) claimed ahead could not be handed back; they run again once their reservations lapse",
+                len(self._unstarted),
+            )
+        self._stop_pool()
+        session, self._session = self._session, None
+        if session is not None:
             try:
-                self.driver.worker_stopped()
-            except Exception as exc:  # noqa: BLE001 - what the driver held comes back when its reservations lapse
-                self._operation_failed("worker_stopped", exc)
-        return self.stats
+                session.close()
+            except Exception as exc:  # noqa: BLE001 - what the session held comes back when its reservations lapse
+                self._operation_failed("close_session", exc)
+
+    # -- the pieces of a turn ------------------------------------------------------------
+    def _consumer(self) -> ConsumerSession:
+        """This worker's consumer session, opened on first use."""
+        session = self._session
+        if session is None:
+            session = self._session = self.driver.open_session()
+        return session
+
+    def _line(self) -> Pool[QueuedJob]:
+        pool = self._pool
+        assert pool is not None, "the pool runs while the loop does"
+        return pool
 
     def _capacity(self) -> tuple[int, int]:
         """Jobs this worker may hold claimed now, and the free room worth a round trip.
@@ -297,7 +349,7 @@ class Worker:
         """
         threads = self.options.concurrency
         most = self.options.most_ahead if self._may_claim_ahead else 0
-        pace = self._pace
+        pace = self._claims.pace
         if not most or pace is None:
             ahead = 0
         else:
@@ -306,7 +358,7 @@ class Worker:
         refill = self._refill_at = max(1, capacity // 4) if ahead else 1
         return capacity, refill
 
-    def _backend_failed(self, failures: int) -> int:
+    def _backend_failed(self) -> None:
         """Pause after a failed backend operation (longer each time, at most 5 s).
 
         A resident worker keeps trying for as long as it runs; a ``once`` worker
@@ -314,14 +366,13 @@ class Worker:
         ``WorkerOptions.give_up`` seconds, so the run ends with an error instead
         of hanging until the next one starts.
         """
-        failures += 1
+        self._failures += 1
         if self.options.once:
             self._check_give_up()
-        pause = min(0.05 * 2 ** min(failures, 7), 5.0)
-        if self._running or self._unsettled:
+        pause = min(0.05 * 2 ** min(self._failures, 7), 5.0)
+        if self._claims.held:
             pause = min(pause, max(0.0, self._next_beat - _clock.monotonic()))  # never skip a heartbeat
         self._waker.wait(pause)
-        return failures
 
     def _check_give_up(self) -> None:
         """End a ``once`` run whose backend has kept failing for ``give_up`` seconds."""
@@ -343,134 +394,26 @@ class Worker:
     def _grace_over(self) -> bool:
         return self._stopped_at is not None and _clock.monotonic() - self._stopped_at >= self.options.grace
 
-    def _hand_out(self, pool: Pool[QueuedJob], jobs: list[QueuedJob]) -> None:
-        running = self._running
-        for job in jobs:
-            running[id(job)] = job
+    def _hand_out(self, jobs: list[QueuedJob]) -> None:
+        self._claims.claimed(jobs)
         self._taken += len(jobs)
         rank = self._rank
-        pool.submit(jobs, key=lambda job: (rank.get(job.queue, 0), job.priority))
+        self._line().submit(jobs, key=lambda job: (rank.get(job.queue, 0), job.priority))
 
-    def _collect(self, now: float) -> None:
-        """Move what the pool threads finished to the owning loop's own list."""
-        done = self._done
-        if done:
-            if not self._unsettled:
-                self._unsettled_since = now
-            while done:
-                self._unsettled.append(done.popleft())
-
-    def _settle(self) -> bool:
-        """Apply every finished attempt to the backend; False when the backend failed."""
-        self._collect(_clock.monotonic())
-        if not self._unsettled:
-            return True
-        acks = self._apply_others()
-        return acks is not None and self._acknowledge(acks)
-
-    def _settle_and_claim(self, limit: int) -> list[QueuedJob] | None:
-        """Acknowledge what finished and claim up to ``limit`` jobs, in one round
-        trip where the driver allows; None when the backend failed."""
-        acks = self._apply_others()
-        if acks is None:
-            return None
-        if self._stop.is_set():  # a job just settled stopped the worker (it raised SystemExit)
-            limit = 0
-        driver = self.driver
-        queues = self.options.queues
-        if acks and self._combined and limit > 0:
-            try:
-                jobs: list[QueuedJob] = driver.acknowledge_and_reserve([c.job for c in acks], queues, limit)
-            except Exception as exc:  # noqa: BLE001 - acknowledged again next time: harmless
-                self._operation_failed("settle", exc)
-                self._unsettled = acks + self._unsettled
-                return None
-            self._announce(acks)
-            return jobs
-        if not self._acknowledge(acks):
-            return None
-        if limit <= 0:
-            return []
-        found: list[QueuedJob] | None = self._backend("reserve", driver.reserve_many, queues, limit)
-        return found
-
-    def _acknowledge(self, acks: list[Completion]) -> bool:
-        """Acknowledge the successful attempts in one call; False (and kept to send
-        again) when the backend failed."""
-        if not acks:
-            return True
-        try:
-            self.driver.acknowledge_many([c.job for c in acks])
-        except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
-            self._operation_failed("settle", exc)
-            self._unsettled = acks + self._unsettled
-            return False
-        self._announce(acks)
-        return True
-
-    def _apply_others(self) -> list[Completion] | None:
-        """Release or fail the attempts that did not succeed, one call each; returns
-        the successful ones, left to acknowledge in a batch (None when the backend failed)."""
-        batch, self._unsettled = self._unsettled, []
-        acks = [c for c in batch if c.outcome is PROCESSED]
-        if len(acks) == len(batch):
-            return acks
-        applied: list[Completion] = []
-        try:
-            for completion in batch:
-                if completion.outcome is not PROCESSED:
-                    self.executor.apply(self.driver, completion)
-                    applied.append(completion)
-        except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
-            self._operation_failed("settle", exc)
-            # Not transactional: retry only what was not performed (a second fail()
-            # would store the job twice, a second signal would count it twice).
-            performed = {id(c) for c in applied}
-            self._unsettled = [c for c in batch if id(c) not in performed]
-            self._account(applied)
-            return None
-        self._account(applied)
-        return acks
-
-    def _announce(self, acks: list[Completion]) -> None:
-        announce = self.executor.announce
-        for completion in acks:
-            announce(completion)
-        self._account(acks)
-
-    def _account(self, completions: Sequence[Completion]) -> None:
-        """Count settled completions, and stop when a job raised SystemExit or KeyboardInterrupt."""
-        running = self._running
-        stats = self.stats
-        pace = self._pace
-        for completion in completions:
-            running.pop(id(completion.job), None)
-            outcome = completion.outcome
-            if outcome is not ABANDONED and outcome is not INTERRUPTED:
-                # Quick to rise, slow to fall: one slow job shrinks the prefetch at once.
-                duration = completion.duration
-                if pace is None:
-                    pace = duration
-                else:
-                    pace += (0.5 if duration > pace else 0.05) * (duration - pace)
-            if outcome is PROCESSED:
-                stats.processed += 1
-            elif outcome is RELEASED:
-                stats.released += 1
-            elif outcome is FAILED:
-                stats.failed += 1
-            elif outcome is INTERRUPTED:
-                stats.interrupted += 1
-            if completion.interrupted and not self._stop.is_set():
-                log.warning("a job raised %s: stopping the worker", type(completion.exception).__name__)
-                self.stop()
-        self._pace = pace
-
-    def _gather_unstarted(self, pool: Pool[QueuedJob]) -> None:
+    def _gather_unstarted(self) -> None:
         """Take the jobs waiting in the pool's line, and those a thread declined, to hand back."""
-        self._unstarted.extend(pool.hold())
+        self._unstarted.extend(self._line().hold())
         while self._declined:
             self._unstarted.append(self._declined.popleft())
+
+    def _hand_back(self, jobs: list[QueuedJob]) -> None:
+        """Return jobs that never ran: uncounted where the driver can, else released (counted)."""
+        session = self._consumer()
+        if session.capabilities.give_back:
+            session.give_back(jobs)
+        else:
+            for job in jobs:
+                session.release(job, 0)
 
     def _give_back(self) -> bool:
         """Hand back the claimed jobs that never started (at stop); False when the backend failed."""
@@ -478,41 +421,29 @@ class Worker:
             return True
         jobs = self._unstarted
         try:
-            self.driver.give_back(jobs)
+            self._hand_back(jobs)
         except Exception as exc:  # noqa: BLE001 - retried; at worst their reservations lapse
             self._operation_failed("give_back", exc)
             return False
         self._unstarted = []
-        for job in jobs:
-            self._running.pop(id(job), None)
+        self._claims.let_go(jobs)
         return True
 
     def _heartbeat(self) -> None:
-        jobs = list(self._running.values())
+        jobs = list(self._claims.running.values())
         if jobs:
-            self._backend("extend", self.driver.extend, jobs, self.driver.reservation)
-
-    def _interrupt_children(self) -> bool:
-        """Once the grace period is over, stop the children still running attempts;
-        True while those attempts are on their way back (to be released)."""
-        supervisor = self._supervisor
-        if supervisor is None or not supervisor.busy():
-            return False
-        if self._children_interrupted_at is None:
-            self._children_interrupted_at = _clock.monotonic()
-            supervisor.interrupt()
-        return _clock.monotonic() - self._children_interrupted_at < supervisor.kill_grace + 5.0
+            self._backend("extend", self._consumer().extend, jobs, self.driver.reservation)
 
     def _abandon_running(self) -> None:
         """The grace is over: hand back the attempts still running in threads, without
         spending a try (their threads cannot be stopped; the process is on its way out)."""
-        self._collect(_clock.monotonic())
-        finished = {id(c.job) for c in self._unsettled}
-        cut_short = [job for key, job in self._running.items() if key not in finished]
+        claims = self._claims
+        claims.collect(_clock.monotonic())
+        finished = {id(c.job) for c in claims.unsettled}
+        cut_short = [job for key, job in claims.running.items() if key not in finished]
         if cut_short:
-            completions = [Completion(job, INTERRUPTED, interrupted=True) for job in cut_short]
             try:
-                self.driver.give_back(cut_short)
+                self._hand_back(cut_short)
             except Exception as exc:  # noqa: BLE001 - their reservations lapse and they run again
                 self._operation_failed("give_back", exc)
                 log.warning(
@@ -521,15 +452,15 @@ class Worker:
                     len(cut_short),
                 )
             else:
-                self._announce(completions)
-        left = len(self._unsettled)
+                claims.announce([Completion(job, INTERRUPTED, interrupted=True) for job in cut_short])
+        left = len(claims.unsettled)
         if left:
             log.warning(
                 "grace period over: %d finished job(s) could not be settled; their reservations will lapse "
                 "and another worker will run them again",
                 left,
             )
-        self._running.clear()
+        claims.running.clear()
         self._unstarted = []
 
     def _backend(self, operation: str, fn: Any, *args: Any) -> Any:
@@ -556,10 +487,8 @@ class Worker:
 
     # -- the pool ----------------------------------------------------------------------
     def _start_pool(self) -> Pool[QueuedJob]:
-        self._children_interrupted_at = None
-        if self.options.timeout is not None or any(c.TIMEOUT is not None for c in self.registry.classes()):
-            # Fork the fork server now, from this thread, while no pool thread is running.
-            self._get_supervisor()
+        # Fork the fork server now, from this thread, while no pool thread is running.
+        self.attempts.prepare()
         pool = self._pool = Pool(self.options.concurrency, self._run_claimed)
         if self._stop.is_set() or self._signalled is not None:
             pool.pause()
@@ -567,10 +496,7 @@ class Worker:
 
     def _stop_pool(self) -> None:
         pool, self._pool = self._pool, None
-        with self._supervisor_lock:
-            supervisor, self._supervisor = self._supervisor, None
-        if supervisor is not None:
-            supervisor.close()
+        self.attempts.close()
         if pool is not None:
             pool.close(timeout=1.0)
 
@@ -584,52 +510,12 @@ class Worker:
             self._waker.set()
             return
         try:
-            completion = self.run_attempt(job, self._stop_notice)
+            completion = self.attempts.run(job, self._stop_notice)
         except BaseException as exc:  # noqa: BLE001 - never lose a completion
             completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
-        done = self._done
+        done = self._claims.done
         done.append(completion)
         # A batch's worth finished, or nothing left to start: the loop has work. (It
         # also looks every ACK_DELAY while jobs wait in the line, so no wake-up is lost.)
         if len(done) >= self._refill_at or not pool.waiting():
             self._waker.set()
-
-    def attempt_timeout(self, job: QueuedJob) -> float | None:
-        """The time limit of this attempt: its job's ``TIMEOUT``, else the worker's."""
-        job_class = self.registry._jobs.get(job.name)
-        limit = getattr(job_class, "TIMEOUT", None) if job_class is not None else None
-        return limit if limit is not None else self.options.timeout
-
-    def run_attempt(self, job: QueuedJob, stop_requested: threading.Event) -> Completion:
-        """Run one attempt: in this thread, or in a supervised child when it has a time limit."""
-        lost = self.executor.lost(job)
-        if lost is not None:
-            return lost
-        timeout = self.attempt_timeout(job)
-        if timeout is not None:
-            supervisor = self._get_supervisor()
-            if supervisor is not None:
-                completion: Completion = supervisor.run(job, timeout, stop_requested)
-                return completion
-        return self.executor.run(job, stop_requested)
-
-    def _get_supervisor(self) -> Supervisor | None:
-        """The child-process pool for timed attempts (None where it is not available)."""
-        if self._supervisor is not None:
-            return self._supervisor
-        with self._supervisor_lock:
-            if self._supervisor is None:
-                if not supported():
-                    if not self._supervisor_warned:
-                        self._supervisor_warned = True
-                        log.warning("this platform cannot fork supervised children: time limits are not enforced")
-                    return None
-                supervisor = Supervisor(
-                    self.executor,
-                    self.manager,
-                    max_jobs_per_child=self.options.max_jobs_per_child,
-                    child_setup=self._child_setup,
-                )
-                supervisor.start()
-                self._supervisor = supervisor
-            return self._supervisor

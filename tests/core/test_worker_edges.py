@@ -71,8 +71,8 @@ def test_a_settle_that_fails_half_way_repeats_only_what_is_left(manager: QueueMa
     first, second = memory.reserve_many(["default"], 2)
     info = ExceptionInfo(kind="ValueError", message="no")
     worker = Worker(manager)
-    worker._running = {id(first): first, id(second): second}
-    worker._done.extend([Completion(first, FAILED, info=info), Completion(second, RELEASED, delay=0, info=info)])
+    worker._claims.claimed([first, second])
+    worker._claims.done.extend([Completion(first, FAILED, info=info), Completion(second, RELEASED, delay=0, info=info)])
     real_release, calls = memory.release, {"n": 0}
 
     def release_once_broken(job: Any, delay: float = 0) -> None:
@@ -89,14 +89,14 @@ def test_a_settle_that_fails_half_way_repeats_only_what_is_left(manager: QueueMa
 
     signals.job_failed.connect(on_failed)
     try:
-        assert worker._settle() is False
-        assert worker._settle() is True
+        assert worker._claims.settle(0.0) is False
+        assert worker._claims.settle(0.0) is True
     finally:
         signals.job_failed.disconnect(on_failed)
     assert [f.id for f in memory.failed] == [first.id], "the failed job is stored once"
     assert failed_signals == [first.id], "and announced once"
     assert (worker.stats.failed, worker.stats.released) == (1, 1)
-    assert worker._running == {}
+    assert worker._claims.running == {}
 
 
 def test_workers_do_not_leak_file_descriptors(manager: QueueManager) -> None:

@@ -21,7 +21,7 @@ from rainier_sync import (
     WorkerOptions,
 )
 from rainier_sync.drivers import MemoryQueue
-from rainier_sync.drivers.base import BaseQueue
+from rainier_sync.drivers.base import Capabilities
 from rainier_sync.worker.pool import Pool
 from tests.support import wait_until
 
@@ -147,9 +147,9 @@ def test_jobs_finished_while_others_wait_in_the_line_are_acknowledged_soon(manag
 
 
 class CountingRelease(MemoryQueue):
-    """A driver that cannot hand a job back without counting its attempt (as SQS)."""
+    """A driver that cannot hand a job back without counting its attempt (as SQS's FIFO queues)."""
 
-    give_back = BaseQueue.give_back
+    capabilities = Capabilities(give_back=False, wakes=True)
 
 
 def test_nothing_is_claimed_ahead_from_a_driver_that_cannot_give_jobs_back(

@@ -194,7 +194,7 @@ def test_a_flood_of_short_timed_jobs_reuses_its_children(manager: QueueManager, 
     manager.dispatch_many([jobs.Noop(log=log) for _ in range(200)])
     worker = Worker(manager, options=WorkerOptions(concurrency=4, once=True, max_jobs_per_child=50))
     supervisors: list[Any] = []
-    original = worker._get_supervisor
+    original = worker.attempts.get_supervisor
 
     def spy() -> Any:
         supervisor = original()
@@ -202,7 +202,7 @@ def test_a_flood_of_short_timed_jobs_reuses_its_children(manager: QueueManager, 
             supervisors.append(supervisor)
         return supervisor
 
-    worker._get_supervisor = spy  # type: ignore[method-assign]
+    worker.attempts.get_supervisor = spy  # type: ignore[method-assign]
     stats = worker.run()
     assert stats.processed == 200 and stats.failed == 0 and memory.size() == 0
     pids = {int(pid) for pid in jobs.notes(log)}
@@ -350,8 +350,8 @@ def test_a_fork_server_killed_by_hand_is_replaced(manager: QueueManager, memory:
     worker = Worker(manager, options=WorkerOptions(concurrency=1))
     worker.start()
     try:
-        wait_until(lambda: worker._supervisor is not None, timeout=10, message="the fork server")
-        supervisor = worker._supervisor
+        wait_until(lambda: worker.attempts.supervisor is not None, timeout=10, message="the fork server")
+        supervisor = worker.attempts.supervisor
         assert supervisor is not None and supervisor._server_pid is not None
         os.kill(supervisor._server_pid, signal.SIGKILL)
         wait_until(lambda: supervisor._server_pid is None, timeout=10, message="the worker to notice")
@@ -383,7 +383,7 @@ def test_children_and_the_fork_server_are_gone_after_the_worker_stops(
     worker = Worker(manager, options=WorkerOptions(concurrency=2))
     worker.start()
     wait_until(lambda: worker.stats.processed == 4, timeout=10, message="four jobs")
-    supervisor = worker._supervisor
+    supervisor = worker.attempts.supervisor
     assert supervisor is not None
     children = supervisor.pids()
     server = supervisor._server_pid

@@ -15,7 +15,7 @@ from ... import _clock
 from ...errors import PayloadError, RainierError
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode, float_text
-from ..base import BaseQueue, QueueDriver, Waker, as_job_list
+from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 from ._connection import (
     MYSQL,
     POSTGRESQL,
@@ -245,6 +245,7 @@ class DatabaseQueue(BaseQueue):
     """
 
     driver = QueueDriver.DATABASE
+    capabilities = Capabilities(give_back=True, wakes=True, transactional_dispatch=True, migrations=True)
 
     def __init__(
         self,
@@ -270,6 +271,14 @@ class DatabaseQueue(BaseQueue):
         if claim == "skip_locked" and self.dialect != POSTGRESQL:
             raise ValueError(f"claim='skip_locked' needs PostgreSQL; the {self.dialect} database uses 'optimistic'")
         self.claim = claim
+        self.capabilities = Capabilities(
+            give_back=True,
+            wakes=True,
+            transactional_dispatch=True,
+            migrations=True,
+            combined_claim=claim == "skip_locked" or self.dialect == SQLITE,
+            streaming_push=self.dialect == POSTGRESQL,
+        )
         if poll_interval is None:
             poll_interval = 0.01 if self.dialect == SQLITE else 0.25
         if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
