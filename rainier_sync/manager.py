@@ -17,7 +17,7 @@ from .registry import JobRegistry
 from .types import MAX_COUNT, QueuedJob
 
 if TYPE_CHECKING:
-    from .config import QueueResources
+    from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
     from .locks.base import LockStore
     from .testing import FakeQueueManager
@@ -143,10 +143,12 @@ class QueueManager:
         resources: QueueResources | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> QueueManager:
-        """Boot from ``QUEUE_DRIVER`` and the settings beside it."""
-        from .config import boot_from_env
+        """Boot from ``QUEUE_DRIVER`` and the settings beside it (unset: a manager
+        with no connection, on which dispatching raises ``NoQueueConfiguredError``),
+        and make it the process-wide manager."""
+        from .config import build_from_env
 
-        return boot_from_env(registry=registry, container=container, resources=resources, environ=environ)
+        return cls._over(build_from_env(registry=registry, container=container, resources=resources, environ=environ))
 
     @classmethod
     def from_config(
@@ -158,10 +160,29 @@ class QueueManager:
         resources: QueueResources | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> QueueManager:
-        """Boot from a ``queues`` section: a dict, or a JSON or TOML file path."""
-        from .config import boot_from_config
+        """Boot from a ``queues`` section (a dict, a JSON or TOML file path, or
+        :class:`~rainier_sync.Connections`) and make it the process-wide manager."""
+        from .config import build_from_config
 
-        return boot_from_config(config, registry=registry, container=container, resources=resources, environ=environ)
+        return cls._over(
+            build_from_config(config, registry=registry, container=container, resources=resources, environ=environ)
+        )
+
+    @classmethod
+    def _over(cls, booted: Booted) -> QueueManager:
+        try:
+            manager = cls(
+                connections=booted.connections,
+                default=booted.default,
+                registry=booted.registry,
+                container=booted.container,
+                locks=booted.locks,
+            )
+        except BaseException:
+            booted.close()
+            raise
+        set_instance(manager)
+        return manager
 
     @classmethod
     def fake(cls, registry: JobRegistry | None = None) -> FakeQueueManager:

@@ -11,7 +11,7 @@ sign is refused naming the key (and, from a file, the file and line).
 
 from __future__ import annotations
 
-from .boot import QueueResources, boot_from_config, boot_from_env
+from .boot import Booted, QueueResources, build_from_config, build_from_env
 from .connections import ConnectionConfig, Connections
 
-__all__ = ["QueueResources", "Connections", "ConnectionConfig", "boot_from_env", "boot_from_config"]
+__all__ = ["QueueResources", "Connections", "ConnectionConfig", "Booted", "build_from_env", "build_from_config"]

@@ -10,27 +10,11 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
+from ..drivers.spec import Bad, Declared, DriverSpec, driver_names, driver_spec
 from ..errors import ConfigurationError
-from .schema import (
-    DEFAULT_PERIOD,
-    DRIVERS,
-    ENV_REFUSED,
-    ENVIRONMENT,
-    PERIOD_KEY,
-    REQUIRED,
-    SETTINGS,
-    _Bad,
-    _suggest,
-    refusal,
-)
-
-if TYPE_CHECKING:
-    from ..container import Container
-    from ..manager import QueueManager
-    from ..registry import JobRegistry
-    from .boot import QueueResources
+from .schema import refusal, suggest
 
 __all__ = ["Connections", "ConnectionConfig"]
 
@@ -97,14 +81,22 @@ class ConnectionConfig:
         path = ("connections", self.name) + ((key,) if key else ())
         return f"{self.source.at(*path)}connection {self.name!r} ({self.driver})"
 
+    @property
+    def spec(self) -> DriverSpec:
+        """The driver's declaration."""
+        spec = driver_spec(self.driver)
+        assert spec is not None, "a connection is checked against its driver's spec"
+        return spec
+
     def period(self) -> float | None:
         """The reservation-like period in seconds: declared, or the driver's default."""
-        key = PERIOD_KEY.get(self.driver)
+        spec = self.spec
+        key = spec.period
         if key is None:
             return None
         if key in self.settings:
             return float(self.settings[key])
-        return float(DEFAULT_PERIOD[self.driver])
+        return float(spec.default_period) if spec.default_period is not None else None
 
 
 def _check_connection(name: Any, declaration: Any, source: _Source) -> ConnectionConfig:
@@ -118,36 +110,39 @@ def _check_connection(name: Any, declaration: Any, source: _Source) -> Connectio
         raise ConfigurationError(
             f'{where()}: must be a table of settings with a driver, e.g. {{"driver": "database"}}, got {declaration!r}'
         )
+    drivers = driver_names()
     if "driver" not in declaration:
         raise ConfigurationError(
-            f"{where()}: has no driver; name one of {', '.join(DRIVERS)} (a connection without a driver "
+            f"{where()}: has no driver; name one of {', '.join(drivers)} (a connection without a driver "
             "would quietly become whatever a default pointed at)"
         )
     driver = declaration["driver"]
-    if not isinstance(driver, str) or driver.strip().lower() not in DRIVERS:
-        hint = _suggest(driver.strip().lower(), list(DRIVERS)) if isinstance(driver, str) else ""
+    if not isinstance(driver, str) or driver.strip().lower() not in drivers:
+        hint = suggest(driver.strip().lower(), drivers) if isinstance(driver, str) else ""
         raise ConfigurationError(
             f"{source.at('connections', name, 'driver')}connection {name!r}: driver {driver!r} is not one of "
-            f"{', '.join(DRIVERS)}{hint}"
+            f"{', '.join(drivers)}{hint}"
         )
     driver = driver.strip().lower()
-    known = SETTINGS[driver]
+    spec = driver_spec(driver)
+    assert spec is not None
+    known = spec.settings
     settings: dict[str, Any] = {}
     for key, value in declaration.items():
         if key == "driver":
             continue
-        refused = refusal(driver, str(key))
+        refused = refusal(spec, str(key))
         if refused is not None:
             why, instead = refused
             problem = f"{key!r} cannot be honoured: {why}. Write instead: {instead}"
         elif key not in known:
             takes = ", ".join(sorted(known)) or "no settings"
-            problem = f"unknown setting {key!r}{_suggest(str(key), sorted(known))} ({driver} takes: {takes})"
+            problem = f"unknown setting {key!r}{suggest(str(key), sorted(known))} ({driver} takes: {takes})"
         else:
             try:
-                settings[key] = known[key].check(value)
+                settings[key] = known[key].kind.check(value)
                 continue
-            except _Bad as exc:
+            except Bad as exc:
                 problem = f"{key} {exc}"
         # Where the key is (a file's line) is only looked up for an error.
         raise ConfigurationError(f"{source.at('connections', name, str(key))}connection {name!r} ({driver}): {problem}")
@@ -158,65 +153,13 @@ def _check_connection(name: Any, declaration: Any, source: _Source) -> Connectio
 
 def _check_together(config: ConnectionConfig) -> None:
     """Declarations refused for what they mean together: a missing required key,
-    half a credential pair, credentials without a region."""
-    settings, label = config.settings, config.label
-    for key in REQUIRED.get(config.driver, ()):
-        if key not in settings:
-            why = _WHY_REQUIRED.get(key, "")
-            raise ConfigurationError(f"{config.where()}: {label(key)} is required and not set{why}")
-    if config.driver == "redis" and settings.get("reconnect") is not True:
-        for key in ("reconnect_attempts", "reconnect_max_backoff_ms"):
-            if key in settings:
-                raise ConfigurationError(
-                    f"{config.where(key)}: {label(key)} does nothing without {label('reconnect')} = true; "
-                    f"write {label('reconnect')} = true too, or remove it"
-                )
-    if config.driver == "sqs":
-        _check_sqs_urls(config)
-        has_key, has_secret = "key" in settings, "secret" in settings
-        if has_key != has_secret:
-            given, missing = ("key", "secret") if has_key else ("secret", "key")
-            raise ConfigurationError(
-                f"{config.where(given)}: {label(given)} without {label(missing)} would sign every request with half "
-                f"a credential; write {label(missing)} too, or neither to use the AWS credential chain"
-            )
-        if has_key and "region" not in settings:
-            raise ConfigurationError(
-                f"{config.where('key')}: {label('key')} and {label('secret')} without {label('region')} "
-                f"leave the queue's region to whatever default the machine has; write {label('region')}"
-            )
-
-
-_WHY_REQUIRED = {
-    "failed_queue_url": " (SQS keeps no failed jobs itself: a job that used up its attempts goes to this queue, "
-    "and without one it would be lost)",
-}
-
-
-def _check_sqs_urls(config: ConnectionConfig) -> None:
-    """Each queue, and the failed jobs, need an SQS queue of their own."""
-    settings, label = config.settings, config.label
-    owners: dict[str, str] = {settings["queue_url"]: "default"}
-    for queue, url in settings.get("queue_urls", {}).items():
-        if queue == "default":
-            if url != settings["queue_url"]:
-                raise ConfigurationError(
-                    f"{config.where('queue_urls')}: queue_urls['default'] differs from {label('queue_url')}, "
-                    "which is the default queue's URL; remove it from queue_urls"
-                )
-            continue
-        if url in owners:
-            raise ConfigurationError(
-                f"{config.where('queue_urls')}: queues {owners[url]!r} and {queue!r} share one URL; "
-                "each queue needs an SQS queue of its own"
-            )
-        owners[url] = queue
-    failed = settings["failed_queue_url"]
-    if failed in owners:
-        raise ConfigurationError(
-            f"{config.where('failed_queue_url')}: {label('failed_queue_url')} is also queue {owners[failed]!r}'s "
-            "URL; failed jobs need an SQS queue of their own"
-        )
+    and whatever the driver's own check refuses."""
+    spec = config.spec
+    for key, setting in spec.settings.items():
+        if setting.required is not None and key not in config.settings:
+            raise ConfigurationError(f"{config.where()}: {config.label(key)} is required and not set{setting.required}")
+    if spec.check is not None:
+        spec.check(Declared(config.settings, config.where, config.label))
 
 
 class Connections:
@@ -230,7 +173,7 @@ class Connections:
             .with_connection("bulk", "sqs", queue_url=BULK_URL, region="us-east-1")
         )
         connections.check_reservations(longest_job_seconds=90)
-        manager = connections.boot(resources=QueueResources(registry=registry))
+        manager = QueueManager.from_config(connections, resources=QueueResources(registry=registry))
     """
 
     def __init__(self, default: str | None = None) -> None:
@@ -239,7 +182,7 @@ class Connections:
         self.default = default
         self._connections: dict[str, ConnectionConfig] = {}
         self._source = _DICT
-        self._from_environment = False
+        self.from_environment = False
 
     def with_connection(self, name: str, driver: str, **settings: Any) -> Connections:
         """Declare connection ``name`` on ``driver`` with that driver's own settings."""
@@ -272,7 +215,7 @@ class Connections:
                 raise ConfigurationError(f"{source.at()}queues must be a mapping, got {section!r}")
         for key in section:
             if key not in ("default", "connections"):
-                hint = _suggest(str(key), ["default", "connections"])
+                hint = suggest(str(key), ["default", "connections"])
                 if key in ("failed", "batching"):
                     hint = "; failed jobs are kept by each connection's own driver, so there is nothing to configure"
                 raise ConfigurationError(
@@ -291,7 +234,7 @@ class Connections:
         built._source = source
         for name, declaration in connections.items():
             built._connections[name] = _check_connection(name, declaration, source)
-        built._check_default()
+        built.check_default()
         return built
 
     @classmethod
@@ -309,25 +252,27 @@ class Connections:
         if not raw:
             return cls()
         driver = raw.lower()
-        if driver not in DRIVERS:
-            raise ConfigurationError(
-                f"QUEUE_DRIVER={raw} is not one of {', '.join(DRIVERS)}{_suggest(driver, list(DRIVERS))}"
-            )
+        drivers = driver_names()
+        spec = driver_spec(driver)
+        if spec is None:
+            raise ConfigurationError(f"QUEUE_DRIVER={raw} is not one of {', '.join(drivers)}{suggest(driver, drivers)}")
         where = f"QUEUE_DRIVER={driver}: "
-        for variable, (only, why, instead) in ENV_REFUSED.items():
-            if only == driver and env.get(variable, "").strip():
+        for variable, (why, instead) in spec.env_refused.items():
+            if env.get(variable, "").strip():
                 raise ConfigurationError(f"{where}{variable} cannot be honoured: {why}. Write instead: {instead}")
         settings: dict[str, Any] = {}
         labels: dict[str, str] = {}
-        for key, variables in ENVIRONMENT[driver].items():
-            labels[key] = " or ".join(variables)
-            for variable in variables:
-                text = env.get(variable, "").strip()
-                if text:
-                    kind = SETTINGS[driver][key]
+        for key, setting in spec.settings.items():
+            if not setting.env:
+                continue
+            labels[key] = " or ".join(setting.env)
+            for variable in setting.env:
+                written = env.get(variable, "").strip()
+                if written:
+                    kind = setting.kind
                     try:
-                        settings[key] = kind.check(kind.from_text(text))
-                    except (_Bad, ValueError) as exc:
+                        settings[key] = kind.check(kind.from_text(written))
+                    except (Bad, ValueError) as exc:
                         raise ConfigurationError(f"{where}{variable} {exc}") from None
                     labels[key] = variable
                     break
@@ -335,10 +280,10 @@ class Connections:
         config = ConnectionConfig(driver, driver, settings, labels, _Source(f"QUEUE_DRIVER={driver}"))
         _check_together(config)
         built._connections[driver] = config
-        built._from_environment = True
+        built.from_environment = True
         return built
 
-    def _check_default(self) -> None:
+    def check_default(self) -> None:
         if not self._connections:
             if self.default is not None:
                 raise ConfigurationError(
@@ -357,7 +302,7 @@ class Connections:
         if self.default not in self._connections:
             raise ConfigurationError(
                 f"{self._source.at('default')}default {self.default!r} names a connection nobody declared "
-                f"(declared: {', '.join(names)}){_suggest(self.default, names)}"
+                f"(declared: {', '.join(names)}){suggest(self.default, names)}"
             )
 
     # -- reading it back -------------------------------------------------------------------
@@ -398,8 +343,8 @@ class Connections:
         short = []
         for config in self:
             period = config.period()
-            if period is not None and period <= longest:
-                key = PERIOD_KEY[config.driver]
+            key = config.spec.period
+            if period is not None and key is not None and period <= longest:
                 declared = "" if key in config.settings else " (the driver's default)"
                 short.append(
                     f"{config.where(key)}: {config.label(key)} is {period:g}s{declared} but the longest job takes "
@@ -411,20 +356,6 @@ class Connections:
                 "running: " + "; ".join(short)
             )
         return self
-
-    def boot(
-        self,
-        registry: JobRegistry | None = None,
-        container: Container | None = None,
-        *,
-        resources: QueueResources | None = None,
-        environ: Mapping[str, str] | None = None,
-    ) -> QueueManager:
-        """Build every connection and the manager over them, and make it the
-        process-wide instance. Nothing is opened until every check passed."""
-        from .boot import _boot
-
-        return _boot(self, registry=registry, container=container, resources=resources, environ=environ)
 
     def __repr__(self) -> str:
         return f"<Connections default={self.default_name!r} {[(c.name, c.driver) for c in self]}>"
@@ -471,7 +402,8 @@ def _read_file(path: Path) -> tuple[Any, _Source]:
         raise ConfigurationError(f"{name}: not valid TOML: {message}") from None
 
 
-def _as_connections(config: Any) -> Connections:
+def as_connections(config: Any) -> Connections:
+    """A :class:`Connections` from what ``from_config`` is given."""
     if config is None:
         return Connections()
     if isinstance(config, Connections):

@@ -17,7 +17,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from ..errors import RainierError
+from ..errors import (
+    CapabilityError,
+)
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
 
 if TYPE_CHECKING:
@@ -182,10 +184,6 @@ class Capabilities:
     eviction_check: bool = False
     #: :meth:`BaseQueue.migrate` creates or updates the backend's tables.
     migrations: bool = False
-
-
-class CapabilityError(RainierError, NotImplementedError):
-    """A driver was asked for something it does not declare it can do."""
 
 
 def _refuse(driver: Any, capability: str, what: str) -> CapabilityError:

@@ -6,11 +6,12 @@ import heapq
 import itertools
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _clock
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
+from .spec import DriverSpec, Setting, seconds
 
 if TYPE_CHECKING:
     from ..container import Container
@@ -311,3 +312,18 @@ class MemoryQueue(BaseQueue):
                 if ready and (best_key is None or ready[0] < best_key):
                     best, best_key = queue, ready[0]
         return self.reserve_many([best], 1)[0] if best is not None else None
+
+
+def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> MemoryQueue:
+    return MemoryQueue(**settings)
+
+
+SPEC = DriverSpec(
+    name="memory",
+    rank=1,
+    build=_build,
+    settings={"reservation": Setting(seconds(), env=("QUEUE_RESERVATION",))},
+    period="reservation",
+    default_period=90,
+    survives_a_restart=False,
+)

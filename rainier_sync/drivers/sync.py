@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _clock
+from ..errors import ConfigurationError
 from ..execution import ABANDONED, FAILED, PROCESSED, Executor
 from ..types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
 from .base import BaseQueue, Capabilities, QueueDriver
+from .spec import BootContext, DriverSpec
 
 if TYPE_CHECKING:
     from ..container import Container
@@ -117,3 +119,28 @@ class SyncQueue(BaseQueue):
 
     def size(self, queue: str | None = None) -> int:
         return 0
+
+
+def _prepare(where: str, context: BootContext) -> dict[str, Any]:
+    for what, given in (("registry", context.registry), ("container", context.container)):
+        if given is None:
+            article = "the job registry" if what == "registry" else "the container"
+            raise ConfigurationError(
+                f"{where}: sync runs jobs inline and needs {article}; pass {what}= or QueueResources({what}=...)"
+            )
+    return {"registry": context.registry, "container": context.container}
+
+
+def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> SyncQueue:
+    return SyncQueue(prepared["registry"], prepared["container"])
+
+
+SPEC = DriverSpec(
+    name="sync",
+    rank=0,
+    build=_build,
+    prepare=_prepare,
+    env_refused={"QUEUE_RESERVATION": ("sync runs jobs inline and reserves none", "nothing")},
+    deferred=False,
+    survives_a_restart=False,
+)

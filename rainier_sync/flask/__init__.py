@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .. import _clock, signals
-from ..config import QueueResources, boot_from_config, boot_from_env
+from ..config import QueueResources
 from ..container import Container
 from ..errors import ConfigurationError, DriverUnavailableError
 from ..job import Job
@@ -44,7 +44,7 @@ __all__ = ["RainierSync", "FlaskWorker", "Throughput", "get_state", "EXTENSION_K
 EXTENSION_KEY = "rainier_sync"
 
 #: ``app.config`` keys this extension reads itself (the rest of ``app.config``
-#: is offered to ``boot_from_env`` as its environment).
+#: is offered to ``QueueManager.from_env`` as its environment).
 CONFIG_SECTION = "RAINIER_QUEUES"
 CONFIG_DRIVER = "QUEUE_DRIVER"
 
@@ -373,11 +373,11 @@ class RainierSync:
             )
         environ = _config_environ(config)
         if section is not None:
-            return boot_from_config(
+            return QueueManager.from_config(
                 section, registry=registry, container=container, resources=resources, environ=environ
             )
         if driver is not None:
-            return boot_from_env(registry=registry, container=container, resources=resources, environ=environ)
+            return QueueManager.from_env(registry=registry, container=container, resources=resources, environ=environ)
         return QueueManager(
             registry=registry if registry is not None else (resources.registry if resources else None),
             container=container if container is not None else (resources.container if resources else None),
@@ -430,7 +430,7 @@ class RainierSync:
 
 
 def _config_environ(config: Mapping[str, Any]) -> dict[str, str]:
-    """The app config as the string environment ``boot_from_env`` reads."""
+    """The app config as the string environment ``QueueManager.from_env`` reads."""
     environ: dict[str, str] = {}
     for key, value in config.items():
         if not isinstance(key, str) or not key.isupper() or key == CONFIG_SECTION:

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 
 from rainier_sync import JobRegistry, QueueManager, QueueResources
-from rainier_sync.config.schema import DEFAULT_PERIOD
+from rainier_sync.drivers.spec import driver_spec
 from rainier_sync.locks import MemoryLockStore
 
 from .conftest import Ping
@@ -174,7 +174,7 @@ def test_sqs_from_the_environment_with_the_default_visibility(
     manager = QueueManager.from_env(registry=registry, environ=environ)
     try:
         driver: Any = manager.connection("sqs")
-        assert driver.reservation == DEFAULT_PERIOD["sqs"]
+        assert driver.reservation == driver_spec("sqs").default_period  # type: ignore[union-attr]
         manager.dispatch(Ping(n=7))
         reserved = driver.reserve(["default"])
         assert reserved is not None and reserved.payload == {"n": 7}

@@ -21,8 +21,8 @@ from rainier_sync import (
     QueueManager,
     QueueResources,
 )
-from rainier_sync.config.schema import DEFAULT_PERIOD
 from rainier_sync.drivers import MemoryQueue, SyncQueue
+from rainier_sync.drivers.spec import driver_names, driver_spec
 from rainier_sync.locks import MemoryLockStore
 
 from .conftest import Ping
@@ -298,7 +298,7 @@ def test_the_builder_round_trips_through_a_dict_and_boots(registry: JobRegistry)
     )
     again = Connections.from_dict(built.to_dict())
     assert again.to_dict() == built.to_dict()
-    manager = built.boot(registry=registry, container=Container(), environ={})
+    manager = QueueManager.from_config(built, registry=registry, container=Container(), environ={})
     assert sorted(manager.connections) == ["inline", "primary"]
     assert rainier_sync.instance() is manager
     assert QueueManager.from_config(again, registry=registry, container=Container(), environ={}).default == "primary"
@@ -306,7 +306,7 @@ def test_the_builder_round_trips_through_a_dict_and_boots(registry: JobRegistry)
 
 def test_the_builder_refuses_a_default_nobody_declared_at_boot() -> None:
     with pytest.raises(ConfigurationError, match="default 'primary' names a connection nobody declared"):
-        Connections("primary").with_connection("other", "memory").boot(environ={})
+        QueueManager.from_config(Connections("primary").with_connection("other", "memory"), environ={})
 
 
 # -- check_reservations ------------------------------------------------------------------------------------
@@ -341,11 +341,11 @@ def test_check_reservations_ignores_sync_and_refuses_nonsense() -> None:
 
 
 # SqsQueue takes None and documents its default: test_build checks it on moto.
-@pytest.mark.parametrize("driver", sorted(set(DEFAULT_PERIOD) - {"sqs"}))
+@pytest.mark.parametrize("driver", [name for name in driver_names() if name not in ("sqs", "sync")])
 def test_the_default_periods_are_the_drivers_own(driver: str) -> None:
-    from rainier_sync.config.schema import PERIOD_KEY
-
-    key = PERIOD_KEY[driver]
+    spec = driver_spec(driver)
+    assert spec is not None and spec.period is not None
+    key = spec.period
     if driver == "memory":
         factory = MemoryQueue.__init__
     else:
@@ -356,4 +356,4 @@ def test_the_default_periods_are_the_drivers_own(driver: str) -> None:
         )
         factory = getattr(cls, "from_url", cls.__init__) if driver in ("database", "redis") else cls.__init__
     default = inspect.signature(factory).parameters[key].default
-    assert default == DEFAULT_PERIOD[driver]
+    assert default == spec.default_period

@@ -7,7 +7,7 @@ imported only when a URL of that dialect is opened.
 
 from __future__ import annotations
 
-from ._connection import DatabaseUnavailableError, SchemaMissingError
+from ...errors import DatabaseUnavailableError, SchemaMissingError
 from ._queue import DatabaseLockStore, DatabaseQueue
 from ._schema import Migration
 

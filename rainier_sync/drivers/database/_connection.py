@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from ... import _clock
-from ...errors import ConfigurationError, DriverUnavailableError, QueueUnavailableError
+from ...errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DriverUnavailableError,
+    SchemaMissingError,
+)
 
 log = logging.getLogger("rainier_sync")
 
@@ -60,16 +65,6 @@ RESPONSE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 5
 #: The driver's own URL options: taken out before the URL reaches the client library.
 _OWN_OPTIONS = ("reconnect_for", "response_timeout")
-
-
-class SchemaMissingError(ConfigurationError):
-    """The queue's tables are not there: run the migrations."""
-
-
-class DatabaseUnavailableError(QueueUnavailableError):
-    """The database cannot be reached: the connection was refused, the server did
-    not answer within ``response_timeout``, or a lost connection could not be
-    reopened within ``reconnect_for``. The message names the server."""
 
 
 def _seconds(name: str, value: str, *, allow_zero: bool) -> float:

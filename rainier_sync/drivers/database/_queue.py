@@ -12,7 +12,7 @@ import uuid
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ... import _clock
-from ...errors import PayloadError, RainierError
+from ...errors import PayloadError, RainierError, SchemaMissingError
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode, float_text
 from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
@@ -22,7 +22,6 @@ from ._connection import (
     SQLITE,
     Database,
     DatabaseUrl,
-    SchemaMissingError,
     connect,
     data_errors,
 )

@@ -283,7 +283,7 @@ def test_a_frozen_server_does_not_hang_the_worker(
         producer.dispatch_many([jobs.Record(prefix, n) for n in range(50, 60)])
         wait_until(lambda: bool(reported), 0.3 * 3 + SLACK, message="the frozen server to be reported")
         kinds = {r["exception"].kind for r in reported}
-        assert kinds == {"rainier_sync.drivers.redis.RedisUnavailableError"}, kinds
+        assert kinds == {"rainier_sync.errors.RedisUnavailableError"}, kinds
         assert all("'redis'" in str(r["error"]) for r in reported)
         started = time.monotonic()
         worker.stop(grace=1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import rainier_sync.drivers.sqs as sqs_module
+import rainier_sync.drivers.sqs.queue as sqs_module
 from rainier_sync.drivers import SqsQueue
 from rainier_sync.errors import ConfigurationError, DriverUnavailableError
 

@@ -41,17 +41,17 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import _clock
-from ..errors import (
+from ... import _clock
+from ...errors import (
     ConfigurationError,
     DriverUnavailableError,
+    KafkaQueueError,
+    KafkaUnavailableError,
     PayloadError,
-    QueueUnavailableError,
-    RainierError,
 )
-from ..locks.base import LockStore
-from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
-from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
+from ...locks.base import LockStore
+from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
+from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 
 try:
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -85,14 +85,6 @@ _UNREACHABLE = {
     KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
     KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.LEADER_NOT_AVAILABLE,
 }
-
-
-class KafkaQueueError(RainierError):
-    """The broker refused or lost a write (the job was not accepted)."""
-
-
-class KafkaUnavailableError(KafkaQueueError, QueueUnavailableError):
-    """The brokers could not be reached within the driver's ``timeout``."""
 
 
 def _code(exc: BaseException) -> Any:

@@ -23,16 +23,17 @@ from urllib.parse import urlsplit
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from .. import _clock, signals
-from ..errors import (
+from ... import _clock, signals
+from ...errors import (
     ConfigurationError,
     DriverUnavailableError,
     PayloadError,
-    QueueUnavailableError,
-    RainierError,
+    SqsBatchError,
+    SqsUnavailableError,
+    UnknownQueueError,
 )
-from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
-from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
+from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
+from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 
 boto3: Any
 _BotoConfig: Any
@@ -64,34 +65,6 @@ _BATCH = 10
 _TRIES = 3
 _FAILED_MARK = "rainier_failed"
 _SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp"]
-
-
-class UnknownQueueError(RainierError, LookupError):
-    """A queue name with no SQS URL on this connection."""
-
-
-class SqsUnavailableError(QueueUnavailableError):
-    """SQS could not be reached (connection refused or cut, no answer in time)
-    through every try of one call; names the connection and endpoint."""
-
-
-class SqsBatchError(RainierError):
-    """Some entries of a batch call failed even after retrying.
-
-    ``done`` lists the job ids that went through, ``failed`` maps each job id
-    that did not to SQS's reason.
-    """
-
-    def __init__(self, operation: str, done: list[str], failed: dict[str, str]) -> None:
-        self.operation = operation
-        self.done = done
-        self.failed = failed
-        reasons = "; ".join(f"{job_id}: {reason}" for job_id, reason in list(failed.items())[:5])
-        more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
-        super().__init__(
-            f"{operation}: {len(failed)} of {len(done) + len(failed)} job(s) failed: {reasons}{more}"
-            + (f"; these went through: {', '.join(done[:10])}" if done else "")
-        )
 
 
 class _RetryableEntries(Exception):

@@ -34,10 +34,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
-from .. import _clock
-from ..errors import ConfigurationError, DriverUnavailableError, PayloadError, QueueUnavailableError
-from ..locks.base import LockStore
-from ..types import (
+from ... import _clock
+from ...errors import (
+    ConfigurationError,
+    DriverUnavailableError,
+    PayloadError,
+    RedisUnavailableError,
+)
+from ...locks.base import LockStore
+from ...types import (
     ExceptionInfo,
     FailedJob,
     QueueCounts,
@@ -45,10 +50,10 @@ from ..types import (
     as_exception_info,
     encode,
 )
-from ..types import (
+from ...types import (
     decode as decode_json,
 )
-from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
+from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 
 try:
     import redis
@@ -62,11 +67,6 @@ __all__ = ["RedisLockStore", "RedisQueue", "RedisUnavailableError"]
 log = logging.getLogger("rainier_sync")
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-class RedisUnavailableError(QueueUnavailableError):
-    """Redis could not be reached (refused, dropped, timed out) within the
-    connection's timeouts and reconnect settings; names the connection."""
 
 
 _T = TypeVar("_T")
