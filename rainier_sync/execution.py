@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 from . import _clock, signals
 from .errors import JobCrashedError, PayloadError, UnknownJobError
 from .job import Job, JobContext
-from .types import ExceptionInfo, QueuedJob
+from .types import ExceptionInfo, FailedJob, QueuedJob
 
 if TYPE_CHECKING:
     from .container import Container
@@ -198,6 +198,28 @@ class Executor:
             except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
                 log.exception("%s.failed() raised; ignored", type(job).__qualname__)
         return Completion(queued, FAILED, info=info, exception=error, duration=duration)
+
+    def run_inline(self, job: QueuedJob, failed_store: Callable[[FailedJob], None] | None = None) -> str:
+        """Run ``job`` now, in this thread, through all its attempts without
+        sleeping out the backoff (the sync driver, ``dispatch_now``); returns its
+        id. A final failure is kept in ``failed_store`` and raised."""
+        job.attempts = 0
+        while True:
+            job.attempts += 1
+            completion = self.run(job)
+            if completion.outcome is ABANDONED:
+                assert completion.exception is not None
+                raise completion.exception
+            self.announce(completion)
+            if completion.outcome is PROCESSED:
+                return job.id
+            if completion.outcome is FAILED:
+                assert completion.info is not None
+                if failed_store is not None:
+                    failed_store(FailedJob.of(job, completion.info, _clock.now()))
+                if completion.exception is not None:
+                    raise completion.exception
+                raise RuntimeError(completion.info.error)
 
     # -- settling ----------------------------------------------------------------
     def apply(self, driver: Consumer, completion: Completion) -> None:

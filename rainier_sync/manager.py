@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 from . import _clock
 from .container import Container
 from .errors import JobDefinitionError, NoQueueConfiguredError, UniqueLockHeldError, UnknownConnectionError
-from .job import Job, check_count, check_job_class, check_queue_name
+from .job import Job, check_job_class
+from .pending import PendingDispatch
+from .recording import PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
-from .types import MAX_COUNT, QueuedJob
+from .types import QueuedJob
 
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
     from .locks.base import LockStore
-    from .testing import FakeQueueManager
 
-__all__ = ["QueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
+__all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -35,71 +36,6 @@ _checked_classes: set[type] = set()
 def new_id() -> str:
     """A random 128-bit id, as 32 hex digits."""
     return os.urandom(16).hex()
-
-
-def _seconds(name: str, value: float | timedelta) -> float:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be seconds (a number) or a timedelta, got {value!r}")
-    if value < 0 or value != value:
-        raise ValueError(f"{name} must not be negative, got {value!r}")
-    return float(value)
-
-
-class PendingDispatch:
-    """A dispatch being built: ``manager.pending(job).on_queue("high").delay(30).send()``."""
-
-    __slots__ = ("_manager", "_job", "_queue", "_connection", "_delay", "_tries", "_priority", "_within")
-
-    def __init__(self, manager: QueueManager, job: Job) -> None:
-        self._manager = manager
-        self._job = job
-        self._queue: str | None = None
-        self._connection: str | None = None
-        self._delay = 0.0
-        self._tries: int | None = None
-        self._priority: int | None = None
-        self._within: Any = None
-
-    def on_queue(self, queue: str) -> PendingDispatch:
-        self._queue = check_queue_name(queue)
-        return self
-
-    def on_connection(self, connection: str) -> PendingDispatch:
-        self._manager.connection(connection)  # refuse an undeclared one now, not at send()
-        self._connection = connection
-        return self
-
-    def delay(self, seconds: float | timedelta) -> PendingDispatch:
-        self._delay = _seconds("delay", seconds)
-        return self
-
-    def tries(self, tries: int) -> PendingDispatch:
-        if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1:
-            raise ValueError(f"tries must be an int >= 1, got {tries!r}")
-        self._tries = check_count("tries", tries, 1)
-        return self
-
-    def priority(self, priority: int) -> PendingDispatch:
-        self._priority = check_count("priority", priority, -MAX_COUNT)
-        return self
-
-    def within(self, connection: Any) -> PendingDispatch:
-        """Write the job on the caller's open database connection (psycopg or
-        sqlite3), so it commits or rolls back with the caller's transaction.
-        Only the database driver can do this."""
-        self._within = connection
-        return self
-
-    def send(self) -> str | None:
-        """Queue it; returns the job's id, or None when a unique duplicate was dropped."""
-        m = self._manager
-        name = self._connection or m.default
-        queued = m.build(
-            self._job, queue=self._queue, delay=self._delay, tries=self._tries, priority=self._priority, connection=name
-        )
-        return m._send(name, [queued], within=self._within)[0]
 
 
 class QueueManager:
@@ -187,8 +123,6 @@ class QueueManager:
     @classmethod
     def fake(cls, registry: JobRegistry | None = None) -> FakeQueueManager:
         """A manager that records dispatches instead of performing them."""
-        from .testing import FakeQueueManager
-
         return FakeQueueManager(registry=registry)
 
     # -- connections ---------------------------------------------------------------
@@ -251,12 +185,11 @@ class QueueManager:
     def dispatch_now(self, job: Job) -> str:
         """Run ``job`` now, in this thread, with its retries (no backoff sleep);
         a final failure raises."""
-        from .drivers.sync import SyncQueue
+        from .execution import Executor
 
         queued = self.build(job, connection="now")
-        runner = SyncQueue(self.registry, self.container)
         try:
-            return runner.push(queued)
+            return Executor(self.registry, self.container, sender=self).run_inline(queued)
         finally:
             if queued.unique_key is not None and self.locks is not None and queued.unique_owner:
                 self.locks.release(queued.unique_key, queued.unique_owner)
@@ -290,10 +223,11 @@ class QueueManager:
             self._release_locks([queued])
         return retried
 
-    def send_queued(self, connection: str | None, jobs: list[QueuedJob]) -> list[str | None]:
-        """Queue jobs built elsewhere (by :meth:`build`, in a timeout child) on
-        ``connection``: unique locks taken here, ids as ``dispatch_many`` gives them."""
-        return self._send(connection, jobs)
+    def send_queued(self, connection: str | None, jobs: list[QueuedJob], *, within: Any = None) -> list[str | None]:
+        """Queue jobs already built (by :meth:`build`: a pending dispatch's, a timeout
+        child's) on ``connection``, in the caller's transaction when ``within``:
+        unique locks taken here, ids as ``dispatch_many`` gives them."""
+        return self._send(connection, jobs, within=within)
 
     def route_sends(self, router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None) -> None:
         """Hand every dispatch of this manager to ``router(connection, jobs)``
@@ -474,6 +408,65 @@ class QueueManager:
 
     def __repr__(self) -> str:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"
+
+
+class FakeQueueManager(QueueManager):
+    """Records every dispatch (payloads are still checked) and runs nothing.
+
+    Any connection name is accepted. Unique jobs are all recorded: the fake
+    has no lock store, so it never drops a duplicate.
+    """
+
+    def __init__(self, registry: JobRegistry | None = None) -> None:
+        super().__init__(connections={"default": RecordingQueue()}, default="default", registry=registry)
+        self.recording = Recording()
+        self._jobs_by_id: dict[str, Job] = {}
+
+    def connection(self, name: str | None = None) -> BaseQueue:
+        return self._connections["default"]
+
+    def _build(self, job: Job, *args: Any) -> QueuedJob:
+        # Every dispatch path (build, dispatch_many's batches) builds here.
+        queued = super()._build(job, *args)
+        self._jobs_by_id[queued.id] = job
+        return queued
+
+    def _send(self, name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
+        for queued in jobs:
+            job = self._jobs_by_id.pop(queued.id)
+            queued.unique_key = queued.unique_owner = None
+            self.recording.pushed.append(PushedJob(job, queued, name or "default"))
+        return [q.id for q in jobs]
+
+    def dispatch_now(self, job: Job) -> str:
+        queued = self.build(job, connection="now")
+        return self._send("now", [queued])[0] or queued.id
+
+    # -- reading and asserting (see :class:`~rainier_sync.recording.Recording`) ------------
+    def pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> list[QueuedJob]:
+        """The recorded dispatches of ``job_class`` (matching ``where``, called with the job)."""
+        return self.recording.queued(job_class, where)
+
+    def pushed_jobs(self, job_class: type[Job] | None = None) -> list[PushedJob]:
+        return self.recording.pushed_jobs(job_class)
+
+    def clear(self) -> None:
+        self.recording.clear()
+
+    def assert_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        self.recording.assert_pushed(job_class, where)
+
+    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
+        self.recording.assert_pushed_times(job_class, times)
+
+    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Callable[[Any], bool] | None = None) -> None:
+        self.recording.assert_pushed_on(job_class, queue, where)
+
+    def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        self.recording.assert_not_pushed(job_class, where)
+
+    def assert_nothing_pushed(self) -> None:
+        self.recording.assert_nothing_pushed()
 
 
 _instance: QueueManager | None = None

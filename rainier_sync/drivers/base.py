@@ -15,7 +15,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 from ..errors import (
     CapabilityError,
@@ -23,10 +23,13 @@ from ..errors import (
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
 
 if TYPE_CHECKING:
-    from ..manager import QueueManager
+    from ..container import Container
+    from ..locks.base import LockStore
+    from ..registry import JobRegistry
 
 __all__ = [
     "QueueDriver",
+    "Binding",
     "Capabilities",
     "CapabilityError",
     "Producer",
@@ -153,6 +156,14 @@ class Waker:
                 return
             self._closed = True
             self._finalizer()
+
+
+class Binding(Protocol):
+    """What a driver is told of the manager that declares it."""
+
+    registry: JobRegistry
+    container: Container
+    locks: LockStore | None
 
 
 @dataclass(frozen=True)
@@ -402,7 +413,7 @@ class BaseQueue(Producer, Consumer, FailedStore, Inspector):
     #: The connection name the manager declared this driver under.
     connection: str = "default"
 
-    def bind(self, manager: QueueManager, connection: str) -> None:
+    def bind(self, manager: Binding, connection: str) -> None:
         """Called by the manager that declares this driver."""
         self.connection = connection
 

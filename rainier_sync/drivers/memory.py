@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _clock
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
-from .base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
+from .base import BaseQueue, Binding, Capabilities, QueueDriver, Waker, as_job_list
 from .spec import DriverSpec, Setting, seconds
 
 if TYPE_CHECKING:
     from ..container import Container
-    from ..manager import QueueManager
     from ..registry import JobRegistry
 
 __all__ = ["MemoryQueue"]
@@ -47,9 +46,9 @@ class MemoryQueue(BaseQueue):
         self._reserved: dict[str, tuple[int, float]] = {}
         self._waiters: set[Waker] = set()
         self.failed: list[FailedJob] = []
-        self._manager: QueueManager | None = None
+        self._manager: Binding | None = None
 
-    def bind(self, manager: QueueManager, connection: str) -> None:
+    def bind(self, manager: Binding, connection: str) -> None:
         super().bind(manager, connection)
         self._manager = manager
 

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _clock
 from ..errors import ConfigurationError
-from ..execution import ABANDONED, FAILED, PROCESSED, Executor
+from ..execution import Executor
 from ..types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
-from .base import BaseQueue, Capabilities, QueueDriver
+from .base import BaseQueue, Binding, Capabilities, QueueDriver
 from .spec import BootContext, DriverSpec
 
 if TYPE_CHECKING:
     from ..container import Container
-    from ..manager import QueueManager
     from ..registry import JobRegistry
 
 __all__ = ["SyncQueue"]
@@ -39,7 +38,7 @@ class SyncQueue(BaseQueue):
         #: Jobs whose final attempt failed (the failure was also raised).
         self.failed: list[FailedJob] = []
 
-    def bind(self, manager: QueueManager, connection: str) -> None:
+    def bind(self, manager: Binding, connection: str) -> None:
         super().bind(manager, connection)
         self.registry = self.registry or manager.registry
         self.container = self.container or manager.container
@@ -55,23 +54,7 @@ class SyncQueue(BaseQueue):
         return self._executor
 
     def push(self, job: QueuedJob) -> str:
-        executor = self._get_executor()
-        job = replace(job, connection=self.connection, attempts=0)
-        while True:
-            job.attempts += 1
-            completion = executor.run(job)
-            if completion.outcome is ABANDONED:
-                assert completion.exception is not None
-                raise completion.exception
-            executor.announce(completion)
-            if completion.outcome is PROCESSED:
-                return job.id
-            if completion.outcome is FAILED:
-                assert completion.info is not None
-                self.failed.append(FailedJob.of(job, completion.info, _clock.now()))
-                if completion.exception is not None:
-                    raise completion.exception
-                raise RuntimeError(completion.info.error)
+        return self._get_executor().run_inline(replace(job, connection=self.connection), self.failed.append)
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         return [self.push(job) for job in jobs]

@@ -1,0 +1,125 @@
+"""What a fake manager records instead of dispatching, and the assertions over it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .drivers.base import BaseQueue
+from .job import Job
+from .types import ExceptionInfo, FailedJob, QueuedJob
+
+__all__ = ["PushedJob", "Recording", "RecordingQueue"]
+
+Predicate = Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
+class PushedJob:
+    """One recorded dispatch: the job object and what would have been queued."""
+
+    job: Job
+    queued: QueuedJob
+    connection: str
+
+
+class RecordingQueue(BaseQueue):
+    """The one connection of a fake manager: it stores nothing and runs nothing."""
+
+    def __init__(self) -> None:
+        self.records: list[QueuedJob] = []
+
+    @property
+    def kind(self) -> str:
+        return "fake"
+
+    def push(self, job: QueuedJob) -> str:
+        self.records.append(job)
+        return job.id
+
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        return []
+
+    def acknowledge(self, job: QueuedJob) -> None:
+        pass
+
+    def release(self, job: QueuedJob, delay: float = 0) -> None:
+        pass
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        raise NotImplementedError("a fake queue runs nothing, so nothing fails")
+
+    def reclaim_expired(self) -> int:
+        return 0
+
+    def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
+        pass  # nothing here is ever reserved
+
+    def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        return []
+
+    def retry_failed(self, id: str) -> bool:
+        return False
+
+    def forget_failed(self, id: str) -> bool:
+        return False
+
+    def size(self, queue: str | None = None) -> int:
+        return sum(1 for r in self.records if queue is None or r.queue == queue)
+
+
+class Recording:
+    """The dispatches a fake manager recorded, and what tests assert of them."""
+
+    def __init__(self) -> None:
+        self.pushed: list[PushedJob] = []
+
+    # -- reading ------------------------------------------------------------------
+    def queued(self, job_class: type[Job], where: Predicate | None = None) -> list[QueuedJob]:
+        """The recorded dispatches of ``job_class`` (matching ``where``, called with the job)."""
+        return [p.queued for p in self.matching(job_class, where)]
+
+    def pushed_jobs(self, job_class: type[Job] | None = None) -> list[PushedJob]:
+        return [p for p in self.pushed if job_class is None or type(p.job) is job_class]
+
+    def matching(self, job_class: type[Job], where: Predicate | None) -> list[PushedJob]:
+        return [p for p in self.pushed if type(p.job) is job_class and (where is None or where(p.job))]
+
+    def clear(self) -> None:
+        self.pushed.clear()
+
+    # -- assertions -------------------------------------------------------------------
+    def assert_pushed(self, job_class: type[Job], where: Predicate | None = None) -> None:
+        if not self.matching(job_class, where):
+            detail = " matching the predicate" if where is not None else ""
+            raise AssertionError(f"expected {job_class.__qualname__} to be pushed{detail}; pushed: {self.summary()}")
+
+    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
+        found = len(self.matching(job_class, None))
+        if found != times:
+            raise AssertionError(f"expected {job_class.__qualname__} pushed {times} time(s), got {found}")
+
+    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Predicate | None = None) -> None:
+        matching = self.matching(job_class, where)
+        if not any(p.queued.queue == queue for p in matching):
+            queues = sorted({p.queued.queue for p in matching})
+            raise AssertionError(
+                f"expected {job_class.__qualname__} pushed on queue {queue!r}; it was pushed on: {queues or 'no queue'}"
+            )
+
+    def assert_not_pushed(self, job_class: type[Job], where: Predicate | None = None) -> None:
+        found = self.matching(job_class, where)
+        if found:
+            raise AssertionError(f"expected {job_class.__qualname__} not to be pushed; it was, {len(found)} time(s)")
+
+    def assert_nothing_pushed(self) -> None:
+        if self.pushed:
+            raise AssertionError(f"expected nothing pushed; pushed: {self.summary()}")
+
+    def summary(self) -> str:
+        if not self.pushed:
+            return "nothing"
+        names: dict[str, int] = {}
+        for p in self.pushed:
+            names[type(p.job).__qualname__] = names.get(type(p.job).__qualname__, 0) + 1
+        return ", ".join(f"{n} x{c}" for n, c in names.items())
