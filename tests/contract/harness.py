@@ -33,6 +33,9 @@ class Harness:
     lacks: dict[str, str] = field(default_factory=dict)
     #: A short delay the driver honours, in seconds.
     delay: float = 10.0
+    #: Writes one stored job nobody can read onto a queue of the driver (beside it,
+    #: as another tool or an old release might); None where nothing stored can be unreadable.
+    store_unreadable: Callable[[BaseQueue, str], None] | None = None
 
 
 def harness_modules() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterator
@@ -11,6 +12,7 @@ import pytest
 
 from rainier_sync import Job, JobContext, JobRegistry, QueuedJob, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.base import BaseQueue
+from rainier_sync.errors import CapabilityError
 from rainier_sync.locks import MemoryLockStore
 
 from .harness import Harness, harness_modules, load
@@ -355,3 +357,141 @@ def test_a_queue_name_with_a_nul_is_refused_by_name(q: BaseQueue) -> None:
     with pytest.raises(ValueError, match=r"queue name 'a\\x00b' contains a NUL character"):
         manager.dispatch_on("a\x00b", Carries(1))
     assert q.size("default") == 0
+
+
+# -- the rest of the port: combined claims, repeated acknowledgements, wake-ups, counts ------------------
+
+
+def test_acknowledge_and_reserve_settles_and_claims_in_one_call(q: BaseQueue) -> None:
+    jobs = [job(i=i) for i in range(3)]
+    q.push_many(jobs)
+    done = reserve_all(q, ["default"], 2)
+    assert len(done) == 2
+    rest = q.acknowledge_and_reserve(done, ["default"], 5)
+    rest += reserve_all(q, ["default"], 5 - len(rest))
+    assert [j.id for j in rest] == [jobs[2].id] or sorted(j.id for j in rest) == [jobs[2].id]
+    q.acknowledge(rest[0])
+    assert q.size("default") == 0
+
+
+def test_a_second_acknowledgement_is_harmless(q: BaseQueue) -> None:
+    first, second = job(), job()
+    q.push_many([first, second])
+    taken = reserve_all(q, ["default"], 1)
+    q.acknowledge_many(taken)
+    q.acknowledge_many(taken)  # the worker sends it again when it cannot tell it landed
+    assert q.acknowledge_and_reserve(taken, ["default"], 0) == []
+    left = reserve_all(q, ["default"], 2)
+    assert [j.id for j in left] == [second.id if taken[0].id == first.id else first.id]
+
+
+def test_a_push_wakes_a_consumer_waiting_for_jobs(q: BaseQueue) -> None:
+    if not q.capabilities.wakes:
+        pytest.skip(f"{q.describe()} does not declare that a push wakes a waiting consumer")
+    from rainier_sync.drivers.base import Waker
+
+    session = q.open_session()
+    waker = Waker()
+    returned = threading.Event()
+
+    def wait() -> None:
+        session.wait_for_jobs(["default"], 60.0, waker)
+        returned.set()
+
+    waiting = threading.Thread(target=wait, daemon=True)
+    waiting.start()
+    try:
+        q.push(job())
+        assert returned.wait(20), "a push did not wake a consumer waiting 60 s"
+    finally:
+        waker.set()
+        waiting.join(30)
+        session.close()
+        waker.close()
+    assert len(reserve_all(q, ["default"], 1)) == 1
+
+
+def test_counts_tell_ready_delayed_and_reserved_jobs(h: Harness, q: BaseQueue) -> None:
+    needs(h, "delay a job")
+    q.push_many([job(), job(), job(delay=h.delay * 10)])
+    assert len(reserve_all(q, ["default"], 1)) == 1
+    counts = q.counts("default")
+    assert (counts.total, counts.delayed) == (3, 1)
+    if "tell reserved jobs from ready ones" not in h.lacks:
+        assert (counts.ready, counts.reserved) == (1, 1)
+
+
+def test_a_stored_job_nobody_can_read_goes_alone_to_the_failed_store(h: Harness, q: BaseQueue) -> None:
+    if h.store_unreadable is None:
+        pytest.skip(f"{h.name} keeps jobs as objects: nothing stored can be unreadable")
+    good = [job(i=i) for i in range(3)]
+    q.push(good[0])
+    h.store_unreadable(q, "default")
+    q.push_many(good[1:])
+    heard: list[str] = []
+
+    def on_discarded(sender: object, **kwargs: object) -> None:
+        heard.append(str(kwargs["error"]))
+
+    from rainier_sync import signals
+
+    signals.queue_message_discarded.connect(on_discarded)
+    try:
+        taken = reserve_all(q, ["default"], 10)
+    finally:
+        signals.queue_message_discarded.disconnect(on_discarded)
+    assert sorted(j.id for j in taken) == sorted(j.id for j in good), "every readable job is handed out"
+    assert len(heard) == 1 and "PayloadError" in heard[0]
+    [failed] = q.failed_jobs(10)
+    assert "PayloadError" in failed.error
+
+
+# -- capabilities: a driver that declares one is held to it; one that does not refuses it ----------
+
+
+def test_a_driver_without_give_back_refuses_it(q: BaseQueue) -> None:
+    if q.capabilities.give_back:
+        pytest.skip("declares give_back: test_give_back_returns_an_unstarted_job_at_once holds it to it")
+    q.push(job())
+    with pytest.raises(CapabilityError, match="give_back"):
+        q.give_back(reserve_all(q, ["default"], 1))
+
+
+def test_streaming_push_stores_every_slice_or_is_refused(q: BaseQueue) -> None:
+    slices = [[job(i=i) for i in range(start, start + 3)] for start in (0, 3, 6)]
+    if not q.capabilities.streaming_push:
+        with pytest.raises(CapabilityError, match="streaming_push"):
+            q.push_stream(iter(slices))
+        return
+    q.push_stream(iter(slices))
+    taken = reserve_all(q, ["default"], 9)
+    assert sorted(j.payload["i"] for j in taken) == list(range(9))  # type: ignore[type-var]
+
+
+def test_transactional_dispatch_is_refused_where_not_declared(q: BaseQueue) -> None:
+    if q.capabilities.transactional_dispatch:
+        pytest.skip("declares it: the database driver's tests hold it to it on each dialect")
+    with pytest.raises(CapabilityError, match="transactional_dispatch"):
+        q.push_within(object(), [job()])
+
+
+def test_migrations_run_once_or_are_refused(q: BaseQueue) -> None:
+    if not q.capabilities.migrations:
+        with pytest.raises(CapabilityError, match="migrations"):
+            q.migrate()
+        return
+    q.migrate()
+    assert q.migrate() == [], "a second migrate has nothing left to apply"
+
+
+def test_the_eviction_check_answers_or_is_refused(q: BaseQueue) -> None:
+    if not q.capabilities.eviction_check:
+        with pytest.raises(CapabilityError, match="eviction_check"):
+            q.check_eviction_policy()
+        return
+    policy = q.check_eviction_policy()
+    assert policy is None or isinstance(policy, str)
+
+
+def test_a_driver_that_reserves_renews_reservations(q: BaseQueue) -> None:
+    assert q.reservation is None or q.capabilities.renews, "a reservation nothing can renew"
