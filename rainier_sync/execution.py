@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
-from .errors import JobCrashedError, PayloadError, UnknownJobError
+from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
 from .job import Job, JobContext
 from .types import ExceptionInfo, FailedJob, QueuedJob
 
@@ -42,10 +42,15 @@ class Outcome(enum.Enum):
     ABANDONED = "abandoned"
     #: ``Worker.stop()`` cut it short: handed back without spending a try.
     INTERRUPTED = "interrupted"
+    #: A middleware deferred it (``context.defer``): handed back, due later, without spending a try.
+    DEFERRED = "deferred"
+    #: A middleware skipped it (``context.skip``): acknowledged unrun.
+    SKIPPED = "skipped"
 
 
 PROCESSED, RELEASED, FAILED = Outcome.PROCESSED, Outcome.RELEASED, Outcome.FAILED
 ABANDONED, INTERRUPTED = Outcome.ABANDONED, Outcome.INTERRUPTED
+DEFERRED, SKIPPED = Outcome.DEFERRED, Outcome.SKIPPED
 
 
 @dataclass(slots=True)
@@ -61,6 +66,15 @@ class Completion:
     interrupted: bool = False
     #: The attempt that failed, when not ``job.attempts`` (a lost one: the attempt before).
     attempt: int | None = None
+    #: Why a middleware deferred or skipped it.
+    reason: str = ""
+
+
+def decided(queued: QueuedJob, decision: tuple[str, float, str], duration: float = 0.0) -> Completion:
+    """The completion of an attempt a middleware deferred or skipped."""
+    kind, delay, reason = decision
+    outcome = DEFERRED if kind == "defer" else SKIPPED
+    return Completion(queued, outcome, delay=delay, duration=duration, reason=reason)
 
 
 def context_for(container: Container, queued: QueuedJob, stop_requested: threading.Event | None) -> JobContext:
@@ -149,7 +163,12 @@ class Executor:
         try:
             with self.attempt_context(queued):
                 job = self.build(queued)
-                job.handle(context)
+                chain = job.middleware()
+                if chain:
+                    built = job
+                    self.through(chain, job, context, lambda: built.handle(context))
+                else:
+                    job.handle(context)
         except (KeyboardInterrupt, SystemExit) as exc:
             error, interrupted = exc, True
         except BaseException as exc:  # noqa: BLE001 - any failure fails the attempt, not the worker
@@ -159,10 +178,39 @@ class Executor:
         duration = _clock.monotonic() - started
         if interrupted and queued.attempts < queued.max_attempts:
             return Completion(queued, ABANDONED, exception=error, interrupted=True, duration=duration)
+        if error is None and context.decision is not None:
+            return decided(queued, context.decision, duration)
         # An interrupted last attempt fails like any other: releasing it would run it past TRIES, forever.
         completion = self.conclude(queued, job, error, context, duration)
         completion.interrupted = interrupted
         return completion
+
+    def through(self, chain: list[Any], job: Job, context: JobContext, last: Callable[[], None]) -> None:
+        """Run ``last`` (the attempt itself) inside ``chain``, outermost first. A
+        middleware that defers or skips returns without calling ``call_next``;
+        one that keeps state in the lock store is given this executor's."""
+        from .middleware import StoreBacked
+
+        for middleware in chain:
+            if isinstance(middleware, StoreBacked) and middleware.store is None:
+                middleware.store = self.locks
+
+        def step(index: int) -> None:
+            if context.decision is not None:
+                return  # deferred or skipped on the way in: nothing further runs
+            if index == len(chain):
+                last()
+                return
+            middleware = chain[index]
+            handle = getattr(middleware, "handle", None)
+            if not callable(handle):
+                raise JobDefinitionError(
+                    f"{type(job).__qualname__}.middleware() returned {middleware!r}, which has no handle(job, context, "
+                    "call_next)"
+                )
+            handle(job, context, lambda: step(index + 1))
+
+        step(0)
 
     def conclude(
         self,
@@ -231,6 +279,10 @@ class Executor:
                 driver.give_back([completion.job])
             else:  # this driver cannot hand a job back uncounted: the cut-short attempt is spent
                 driver.release(completion.job, 0)
+        elif completion.outcome is DEFERRED:
+            driver.defer(completion.job, completion.delay)
+        elif completion.outcome is SKIPPED:
+            driver.acknowledge(completion.job)
         elif completion.outcome is RELEASED or completion.outcome is ABANDONED:
             driver.release(completion.job, completion.delay)
         else:
@@ -250,6 +302,22 @@ class Executor:
             return
         if outcome is ABANDONED:
             log.warning("job %s (%s) was interrupted; released for another attempt", job.id, job.name)
+            return
+        if outcome is DEFERRED:
+            log.info("job %s (%s) deferred %.3gs: %s", job.id, job.name, completion.delay, completion.reason)
+            signals.emit(
+                signals.job_deferred,
+                self.sender,
+                job=job,
+                connection=job.connection,
+                delay=completion.delay,
+                reason=completion.reason,
+            )
+            return
+        if outcome is SKIPPED:
+            self.release_unique(job)
+            log.info("job %s (%s) skipped: %s", job.id, job.name, completion.reason)
+            signals.emit(signals.job_skipped, self.sender, job=job, connection=job.connection, reason=completion.reason)
             return
         if outcome is INTERRUPTED:
             log.warning(

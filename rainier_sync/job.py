@@ -137,6 +137,11 @@ class Job:
         """What makes two of these "the same job"; ``None`` means not unique."""
         return None
 
+    def middleware(self) -> list[Any]:
+        """What wraps each attempt, outermost first: objects with
+        ``handle(job, context, call_next)`` (see :mod:`rainier_sync.middleware`)."""
+        return []
+
     def to_payload(self) -> dict[str, Any]:
         """The payload as a JSON-able dict (the dataclass fields by default)."""
         names = _FIELD_NAMES.get(type(self))
@@ -207,7 +212,17 @@ class JobContext:
     queue at all.
     """
 
-    __slots__ = ("container", "id", "queue", "attempt", "max_attempts", "connection", "name", "stop_requested")
+    __slots__ = (
+        "container",
+        "id",
+        "queue",
+        "attempt",
+        "max_attempts",
+        "connection",
+        "name",
+        "stop_requested",
+        "decision",
+    )
 
     def __init__(
         self,
@@ -230,6 +245,21 @@ class JobContext:
         self.name = name
         #: Set when the worker is stopping or this attempt's time is nearly up.
         self.stop_requested = stop_requested if stop_requested is not None else threading.Event()
+        #: What :meth:`defer` or :meth:`skip` decided: ``("defer", seconds, reason)`` or ``("skip", 0.0, reason)``.
+        self.decision: tuple[str, float, str] | None = None
+
+    def defer(self, seconds: float, reason: str = "") -> None:
+        """Put this job back, due in ``seconds``, without spending a try (a
+        middleware that finds the job cannot run now: a rate limit, a lock held).
+        The attempt ends when the middleware returns without calling ``call_next``."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise ValueError(f"defer() takes a non-negative number of seconds, got {seconds!r}")
+        self.decision = ("defer", float(seconds), reason)
+
+    def skip(self, reason: str = "") -> None:
+        """Acknowledge this job without running it (the attempt ends when the
+        middleware returns without calling ``call_next``)."""
+        self.decision = ("skip", 0.0, reason)
 
     @overload
     def resolve(self, key: type[T]) -> T: ...

@@ -48,6 +48,14 @@ class JobRegistry:
                 f"{job_class.__qualname__}.MEMORY_LIMIT must be a positive number of bytes or None, got {memory!r}"
             )
         check_job_class(job_class)
+        from .middleware import probe
+
+        for middleware in probe(job_class) or ():
+            if not callable(getattr(middleware, "handle", None)):
+                raise JobDefinitionError(
+                    f"{job_class.__qualname__}.middleware() returns {middleware!r}, which has no "
+                    "handle(job, context, call_next)"
+                )
         self._jobs[name] = job_class
         return job_class
 
@@ -79,3 +87,9 @@ class JobRegistry:
 
     def classes(self) -> list[type[Job]]:
         return list(self._jobs.values())
+
+    def needing_a_store(self) -> list[type[Job]]:
+        """The registered classes whose middleware keeps state in a lock store."""
+        from .middleware import StoreBacked, probe
+
+        return [cls for cls in self._jobs.values() if any(isinstance(m, StoreBacked) for m in probe(cls) or ())]

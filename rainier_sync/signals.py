@@ -11,6 +11,9 @@ worker (or the driver) as sender and keyword arguments:
   every failed attempt, released or failed for good (for an error reporter).
 - ``job_interrupted(job, connection)``: an attempt the worker's stop cut short
   (its grace ran out), handed back without spending a try.
+- ``job_deferred(job, connection, delay, reason)``: a middleware put the job
+  back, due in ``delay`` seconds, without spending a try.
+- ``job_skipped(job, connection, reason)``: a middleware acknowledged it unrun.
 - ``queue_message_discarded(connection, error, exception, raw)``: a message the
   driver could not read.
 - ``queue_operation_failed(connection, operation, error, exception)``: an
@@ -36,6 +39,8 @@ __all__ = [
     "job_failed",
     "job_attempt_failed",
     "job_interrupted",
+    "job_deferred",
+    "job_skipped",
     "queue_message_discarded",
     "queue_operation_failed",
     "emit",
@@ -49,6 +54,8 @@ job_released = _signals.signal("job-released")
 job_failed = _signals.signal("job-failed")
 job_attempt_failed = _signals.signal("job-attempt-failed")
 job_interrupted = _signals.signal("job-interrupted")
+job_deferred = _signals.signal("job-deferred")
+job_skipped = _signals.signal("job-skipped")
 queue_message_discarded = _signals.signal("queue-message-discarded")
 queue_operation_failed = _signals.signal("queue-operation-failed")
 

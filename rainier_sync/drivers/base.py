@@ -272,6 +272,11 @@ class Consumer(ABC):
         spent (``Capabilities.give_back``)."""
         raise _refuse(self, "give_back", "hand a job back without spending its attempt")
 
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        """Put a reserved job back, due in ``delay`` seconds, its attempt not spent
+        (a middleware deferred it)."""
+        raise _refuse(self, "give_back", "put a job back without spending its attempt")
+
     @abstractmethod
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         """Put a reserved job back, available again after ``delay`` seconds."""
@@ -332,6 +337,9 @@ class SharedSession(ConsumerSession):
 
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
         self.driver.give_back(jobs)
+
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        self.driver.defer(job, delay)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         self.driver.release(job, delay)

@@ -130,6 +130,12 @@ class MemoryQueue(BaseQueue):
 
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
         """Unstarted jobs go back at once, without counting their attempt."""
+        self._put_back(jobs, 0.0)
+
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        self._put_back([job], delay)
+
+    def _put_back(self, jobs: Sequence[QueuedJob], delay: float) -> None:
         now = _clock.now()
         with self._mutex:
             for job in jobs:
@@ -138,6 +144,8 @@ class MemoryQueue(BaseQueue):
                 del self._reserved[job.id]
                 stored = self._jobs.pop(job.id)
                 stored.attempts = max(0, stored.attempts - 1)
+                if delay > 0:
+                    stored.available_at = now + delay
                 self._enqueue(stored, now)
             waiters = list(self._waiters)
         for waker in waiters:

@@ -1,9 +1,13 @@
-"""The lock-store port used by unique jobs (and Kafka's job leases)."""
+"""The lock-store port: the store every process that dispatches or works shares
+for unique jobs, Kafka's job leases, job middleware's windows and counters,
+and paused queues."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Sequence
+
+from ..errors import CapabilityError
 
 __all__ = ["LockStore"]
 
@@ -40,6 +44,38 @@ class LockStore(ABC):
     def renew_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
         """:meth:`renew` for several ``(key, owner)`` pairs; a result per pair, in order."""
         return [self.renew(key, owner, ttl) for key, owner in items]
+
+    # -- coordination: windows, counters and flags (job middleware, paused queues) ------
+    def take(self, key: str, limit: int, per: float) -> float:
+        """A sliding window of starts: when fewer than ``limit`` were counted under
+        ``key`` in the last ``per`` seconds, count one more and return 0.0; else
+        count nothing and return the seconds until the oldest leaves the window."""
+        raise self._cannot("count starts in a sliding window (take)")
+
+    def count(self, key: str, window: float) -> int:
+        """Count one event under ``key``; the count lapses ``window`` seconds after
+        its latest event. Returns the count with this one."""
+        raise self._cannot("count events (count)")
+
+    def counted(self, key: str) -> tuple[int, float]:
+        """The count under ``key`` and when (seconds since the epoch) it lapses;
+        ``(0, 0.0)`` when there is none."""
+        raise self._cannot("read a count (counted)")
+
+    def reset(self, key: str) -> None:
+        """Forget the count under ``key``."""
+        raise self._cannot("reset a count (reset)")
+
+    def set_flag(self, group: str, member: str, on: bool) -> None:
+        """Raise (``on``) or lower ``member``'s flag in ``group``."""
+        raise self._cannot("keep flags (set_flag)")
+
+    def flags(self, group: str) -> set[str]:
+        """The members of ``group`` whose flags are raised."""
+        raise self._cannot("keep flags (flags)")
+
+    def _cannot(self, what: str) -> CapabilityError:
+        return CapabilityError(f"{type(self).__name__} cannot {what}")
 
     def close(self) -> None:
         """Release connections."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 
 from .. import _clock
@@ -16,6 +17,9 @@ class MemoryLockStore(LockStore):
 
     def __init__(self) -> None:
         self._locks: dict[str, tuple[str, float]] = {}
+        self._windows: dict[str, collections.deque[float]] = {}
+        self._counts: dict[str, tuple[int, float]] = {}
+        self._flags: dict[str, set[str]] = {}
         self._mutex = threading.Lock()
 
     def _live(self, key: str, now: float) -> tuple[str, float] | None:
@@ -54,3 +58,43 @@ class MemoryLockStore(LockStore):
         with self._mutex:
             held = self._live(key, _clock.now())
             return held[0] if held else None
+
+    def take(self, key: str, limit: int, per: float) -> float:
+        now = _clock.now()
+        with self._mutex:
+            starts = self._windows.setdefault(key, collections.deque())
+            while starts and starts[0] <= now - per:
+                starts.popleft()
+            if len(starts) < limit:
+                starts.append(now)
+                return 0.0
+            return max(0.0, starts[len(starts) - limit] + per - now)
+
+    def count(self, key: str, window: float) -> int:
+        now = _clock.now()
+        with self._mutex:
+            held, until = self._counts.get(key, (0, 0.0))
+            held = held + 1 if until > now else 1
+            self._counts[key] = (held, now + window)
+            return held
+
+    def counted(self, key: str) -> tuple[int, float]:
+        with self._mutex:
+            held, until = self._counts.get(key, (0, 0.0))
+            return (held, until) if until > _clock.now() else (0, 0.0)
+
+    def reset(self, key: str) -> None:
+        with self._mutex:
+            self._counts.pop(key, None)
+
+    def set_flag(self, group: str, member: str, on: bool) -> None:
+        with self._mutex:
+            members = self._flags.setdefault(group, set())
+            if on:
+                members.add(member)
+            else:
+                members.discard(member)
+
+    def flags(self, group: str) -> set[str]:
+        with self._mutex:
+            return set(self._flags.get(group, ()))

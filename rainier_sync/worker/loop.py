@@ -69,6 +69,14 @@ class Worker:
                 f"connection {self.connection_name!r} ({self.driver.describe()}) reserves jobs but cannot renew "
                 "reservations: a job running longer than its reservation would be handed to a second worker"
             )
+        if manager.locks is None:
+            needing = self.registry.needing_a_store()
+            if needing:
+                names = ", ".join(sorted(cls.NAME for cls in needing))
+                raise ConfigurationError(
+                    f"jobs {names} use middleware that keeps its state in a lock store, and the manager has none: "
+                    "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
+                )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self)
         self.stats = WorkerStats()
         self._stop = threading.Event()

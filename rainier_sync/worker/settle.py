@@ -13,7 +13,7 @@ import collections
 import logging
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..execution import ABANDONED, FAILED, INTERRUPTED, PROCESSED, RELEASED, Completion, Executor
+from ..execution import DEFERRED, FAILED, INTERRUPTED, PROCESSED, RELEASED, SKIPPED, Completion, Executor
 from ..types import QueuedJob
 from .options import WorkerStats
 
@@ -169,7 +169,7 @@ class Claims:
         for completion in completions:
             running.pop(id(completion.job), None)
             outcome = completion.outcome
-            if outcome is not ABANDONED and outcome is not INTERRUPTED:
+            if outcome is PROCESSED or outcome is RELEASED or outcome is FAILED:
                 # Quick to rise, slow to fall: one slow job shrinks the prefetch at once.
                 duration = completion.duration
                 if pace is None:
@@ -184,6 +184,10 @@ class Claims:
                 stats.failed += 1
             elif outcome is INTERRUPTED:
                 stats.interrupted += 1
+            elif outcome is DEFERRED:
+                stats.deferred += 1
+            elif outcome is SKIPPED:
+                stats.skipped += 1
             if completion.interrupted and outcome is not INTERRUPTED and not self._stopping():
                 log.warning("a job raised %s: stopping the worker", type(completion.exception).__name__)
                 self._stop()

@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _clock, signals
 from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
-from ..execution import INTERRUPTED, Completion, Executor
+from ..execution import INTERRUPTED, PROCESSED, Completion, Executor, decided
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 from .child import READ, ForkServer, flush_stdio, kill_group
 
 if TYPE_CHECKING:
+    from ..job import Job, JobContext
     from ..manager import QueueManager
 
 __all__ = ["Supervisor"]
@@ -158,6 +159,15 @@ class _Child:
             if self.pidfd is not None:
                 os.close(self.pidfd)
                 self.pidfd = None
+
+
+class _ChildAttemptFailed(Exception):
+    """Carries a failed child attempt out through the job's middleware (which may
+    count it, as ``ThrottlesExceptions`` does) to the supervisor."""
+
+    def __init__(self, completion: Completion) -> None:
+        super().__init__(completion.info.error if completion.info is not None else completion.outcome.value)
+        self.completion = completion
 
 
 class Supervisor:
@@ -389,8 +399,42 @@ class Supervisor:
         started = _clock.monotonic()
         try:
             job = executor.build(queued)
+            chain = job.middleware()
         except Exception as exc:  # noqa: BLE001 - an unknown name or a bad payload fails the job, not the worker
             return executor.conclude(queued, None, exc, context, _clock.monotonic() - started)
+        if not chain:
+            return self._in_child(queued, job, context, timeout, stop_requested, started)
+        # The middleware runs here, in the worker; only the attempt itself runs in the child.
+        done: list[Completion] = []
+
+        def attempt() -> None:
+            completion = self._in_child(queued, job, context, timeout, stop_requested, started)
+            done.append(completion)
+            if completion.outcome is not PROCESSED:
+                raise _ChildAttemptFailed(completion)
+
+        try:
+            executor.through(chain, job, context, attempt)
+        except _ChildAttemptFailed as failed:
+            return failed.completion
+        except Exception as exc:  # noqa: BLE001 - a middleware that raises fails the attempt, not the worker
+            return executor.conclude(queued, job, exc, context, _clock.monotonic() - started)
+        if done:
+            return done[0]
+        assert context.decision is not None, "the middleware neither ran the attempt nor deferred or skipped it"
+        return decided(queued, context.decision, _clock.monotonic() - started)
+
+    def _in_child(
+        self,
+        queued: QueuedJob,
+        job: Job,
+        context: JobContext,
+        timeout: float,
+        stop_requested: threading.Event,
+        started: float,
+    ) -> Completion:
+        """The attempt itself, in a child process, concluded here."""
+        executor = self.executor
         try:
             child = self._acquire()
         except Exception as exc:  # noqa: BLE001 - no child: the attempt fails as crashed, the job is kept

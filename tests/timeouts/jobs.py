@@ -10,7 +10,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rainier_sync import Container, Job, JobContext, QueueManager
 
@@ -273,7 +273,47 @@ class Forks(Job):
             time.sleep(60)
 
 
+@dataclass
+class TimedLimited(Job):
+    """A timed job behind a rate limit of one a minute: the limit is checked in the worker."""
+
+    NAME = "timeouts.limited"
+    TIMEOUT = 10
+
+    log: str = ""
+
+    def middleware(self) -> list[Any]:
+        from rainier_sync.middleware import RateLimited
+
+        return [RateLimited("timed", limit=1, per=60)]
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, str(os.getpid()))
+
+
+@dataclass
+class TimedThrottled(Job):
+    """A timed job that fails in its child; the worker's throttle counts the failure."""
+
+    NAME = "timeouts.throttled"
+    TIMEOUT = 10
+    TRIES = 5
+
+    log: str = ""
+
+    def middleware(self) -> list[Any]:
+        from rainier_sync.middleware import ThrottlesExceptions
+
+        return [ThrottlesExceptions(max_exceptions=1, decay=60)]
+
+    def handle(self, context: JobContext) -> None:
+        note(self.log, str(os.getpid()))
+        raise RuntimeError("failed in the child")
+
+
 ALL: tuple[type[Job], ...] = (
+    TimedLimited,
+    TimedThrottled,
     Forks,
     Noop,
     Untimed,

@@ -309,6 +309,28 @@ def test_a_grandchild_the_job_started_is_killed_with_its_child(
             os.kill(grandchild, signal.SIGKILL)
 
 
+def test_middleware_runs_in_the_worker_around_an_attempt_in_a_child(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch_many([jobs.TimedLimited(log=log), jobs.TimedLimited(log=log)])
+    stats = run_once(manager, concurrency=1)
+    assert (stats.processed, stats.deferred) == (1, 1), "one a minute: the second is deferred, not run"
+    [pid] = jobs.notes(log)
+    assert int(pid) != os.getpid(), "the job itself ran in a child"
+    [waiting] = memory.jobs
+    assert waiting.attempts == 0
+
+
+def test_a_failure_in_a_child_reaches_the_workers_middleware(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    assert manager.locks is not None
+    manager.dispatch(jobs.TimedThrottled(log=log))
+    stats = run_once(manager, concurrency=1)
+    assert stats.released == 1 and len(jobs.notes(log)) == 1
+    assert manager.locks.counted(f"throttle:{jobs.TimedThrottled.NAME}")[0] == 1
+
+
 def test_memory_limit_caps_the_child(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
     info = survives(manager, memory, jobs.Hog(megabytes=2048), log)
     assert info.kind == "MemoryError"
