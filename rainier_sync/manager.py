@@ -11,8 +11,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from . import _clock
 from .container import Container
-from .errors import JobDefinitionError, NoQueueConfiguredError, UniqueLockHeldError, UnknownConnectionError
-from .job import Job, check_job_class
+from .errors import (
+    ConfigurationError,
+    JobDefinitionError,
+    NoQueueConfiguredError,
+    UniqueLockHeldError,
+    UnknownConnectionError,
+)
+from .job import Job, check_job_class, check_queue_name
 from .pending import PendingDispatch
 from .recording import PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
@@ -193,6 +199,37 @@ class QueueManager:
         finally:
             if queued.unique_key is not None and self.locks is not None and queued.unique_owner:
                 self.locks.release(queued.unique_key, queued.unique_owner)
+
+    # -- paused queues ----------------------------------------------------------------
+    def pause(self, queue: str, connection: str | None = None) -> None:
+        """Stop every worker of ``connection`` (the default), in any process, from
+        claiming jobs of ``queue`` (within its ``sleep``); running jobs finish and
+        dispatching still works. Kept in the lock store the workers share."""
+        self._pause_flag(queue, connection, True)
+
+    def resume(self, queue: str, connection: str | None = None) -> None:
+        """Let workers claim from a paused ``queue`` again."""
+        self._pause_flag(queue, connection, False)
+
+    def paused(self, connection: str | None = None) -> set[str]:
+        """The paused queues of ``connection`` (the default)."""
+        if self.locks is None:
+            return set()
+        return self.locks.flags(self._pause_group(connection))
+
+    def _pause_group(self, connection: str | None) -> str:
+        self.connection(connection)  # an undeclared connection is an error, never the default
+        return f"paused:{connection or self.default}"
+
+    def _pause_flag(self, queue: str, connection: str | None, on: bool) -> None:
+        check_queue_name(queue)
+        group = self._pause_group(connection)
+        if self.locks is None:
+            raise ConfigurationError(
+                "pausing a queue needs a lock store every worker shares: give the QueueManager locks= "
+                "(a RedisLockStore or DatabaseLockStore)"
+            )
+        self.locks.set_flag(group, queue, on)
 
     def retry_failed(self, id: str, connection: str | None = None) -> bool:
         """Queue a failed job again (attempts reset); False when no failed job has ``id``.

@@ -102,6 +102,10 @@ class Worker:
         #: Finished attempts at which a pool thread wakes the owning loop to settle and claim.
         self._refill_at = 1
         self._rank = {queue: index for index, queue in enumerate(self.options.queues)}
+        self._queues = list(self.options.queues)
+        #: The paused queues of this connection as last looked up, and when.
+        self._paused: set[str] | None = None
+        self._paused_checked = 0.0
         self._combined = capabilities.combined_claim
         # Claiming ahead needs a driver that hands unstarted jobs back uncounted at stop.
         self._may_claim_ahead = capabilities.give_back
@@ -267,8 +271,14 @@ class Worker:
         if limit <= 0 or (limit < refill and waiting):
             self._settle_or_wait(now, waiting, refill)
             return True
+        queues = self._claimable(now)
+        if not queues:  # every queue is paused
+            if opts.once and not claims.held and not claims.done:
+                return False
+            self._settle_or_idle(now)
+            return True
         discarded = self.stats.discarded
-        jobs = claims.settle_and_claim(opts.queues, limit, combined=self._combined)
+        jobs = claims.settle_and_claim(queues, limit, combined=self._combined)
         if jobs is None:
             self._backend_failed()
             return True
@@ -283,6 +293,31 @@ class Worker:
             return False
         self._idle(now)
         return True
+
+    def _claimable(self, now: float) -> list[str]:
+        """This worker's queues less the paused ones (looked up at most every ``sleep`` seconds)."""
+        locks = self.manager.locks
+        if locks is None:
+            return self._queues
+        if now >= self._paused_checked + min(self.options.sleep, 5.0) or self._paused is None:
+            self._paused_checked = now
+            try:
+                self._paused = locks.flags(f"paused:{self.connection_name}")
+            except Exception as exc:  # noqa: BLE001 - reported; the last answer stands meanwhile
+                self._operation_failed("paused", exc)
+                if self._paused is None:
+                    self._paused = set()
+        paused = self._paused
+        return [q for q in self._queues if q not in paused] if paused else self._queues
+
+    def _settle_or_idle(self, now: float) -> None:
+        """Every queue is paused: settle what finished, then wait a ``sleep``."""
+        if self._claims.unsettled and not self._claims.settle(now):
+            self._backend_failed()
+            return
+        if not self._claims.held:
+            self.stats.idles += 1
+        self._waker.wait(self.options.sleep)
 
     def _settle_or_wait(self, now: float, waiting: int, refill: int) -> None:
         """Nothing worth a round trip yet: settle only what should not wait longer, or wait."""

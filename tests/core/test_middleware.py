@@ -311,3 +311,73 @@ def test_a_job_without_middleware_runs_no_chain() -> None:
         NAME = "mw.plain"
 
     assert Plain().middleware() == []
+
+
+# -- paused queues -----------------------------------------------------------------------------------
+
+
+def test_a_paused_queue_is_not_claimed_from_and_resumes() -> None:
+    from rainier_sync.drivers import MemoryQueue as Memory
+
+    @dataclass
+    class Mail(Job):
+        NAME = "mw.mail"
+        QUEUE = "mail"
+
+        def handle(self, context: JobContext) -> None:
+            ran.append("mail")
+
+    manager, memory = build(Mail, Account)
+    manager.pause("mail")
+    assert manager.paused() == {"mail"}
+    manager.dispatch(Mail())  # dispatching still works
+    manager.dispatch_on("default", Account(account_id=3))
+    stats = once(manager, queues=["mail", "default"])
+    assert stats.processed == 1 and ran == [("account", 3)], "only the queue not paused was worked"
+    assert isinstance(memory, Memory) and memory.size("mail") == 1
+    manager.resume("mail")
+    assert manager.paused() == set()
+    assert once(manager, queues=["mail", "default"]).processed == 1 and ran[-1] == "mail"
+
+
+def test_a_running_worker_stops_claiming_from_a_queue_paused_elsewhere_within_its_sleep() -> None:
+    from tests.support import wait_until
+
+    manager, memory = build(Account)
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, sleep=0.1))
+    worker.start()
+    try:
+        manager.dispatch(Account(account_id=1))
+        wait_until(lambda: worker.stats.processed == 1, 10, message="the first job")
+        manager.pause("default")
+        wait_until(lambda: worker._paused == {"default"}, 10, message="the worker to see the pause")
+        manager.dispatch(Account(account_id=2))
+        threading.Event().wait(0.3)
+        assert worker.stats.processed == 1 and memory.size("default") == 1, "a paused queue was claimed from"
+        manager.resume("default")
+        wait_until(lambda: worker.stats.processed == 2, 10, message="the job after resume")
+    finally:
+        worker.stop(grace=5)
+        worker.join(10)
+
+
+def test_pausing_needs_a_lock_store_and_a_declared_connection() -> None:
+    from rainier_sync.errors import UnknownConnectionError
+
+    manager, _ = build(Account, locks=None)
+    with pytest.raises(ConfigurationError, match="pausing a queue needs a lock store"):
+        manager.pause("default")
+    assert manager.paused() == set()
+    manager, _ = build(Account)
+    with pytest.raises(UnknownConnectionError, match="'elsewhere' is not declared"):
+        manager.pause("default", connection="elsewhere")
+    with pytest.raises(ValueError, match="NUL"):
+        manager.pause("a\x00b")
+
+
+def test_a_once_run_with_every_queue_paused_returns() -> None:
+    manager, memory = build(Account)
+    manager.pause("default")
+    manager.dispatch(Account(account_id=1))
+    stats = once(manager)
+    assert stats.processed == 0 and memory.size() == 1
