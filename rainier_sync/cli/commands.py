@@ -240,13 +240,15 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     for name, driver in selected(manager, args.connection):
         entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0}
         if driver.driver.is_deferred():
-            for queue in dict.fromkeys([*wanted, *sorted(driver.queue_names())]):
+            paused = manager.paused(name)
+            for queue in dict.fromkeys([*wanted, *sorted(driver.queue_names()), *sorted(paused)]):
                 counts = driver.counts(queue)
                 entry["queues"][queue] = {
                     "ready": counts.ready,
                     "delayed": counts.delayed,
                     "reserved": counts.reserved,
                     "total": counts.total,
+                    "paused": queue in paused,
                 }
         entry["failed"] = driver.failed_count()
         report.append(entry)
@@ -264,9 +266,26 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
         for index, (queue, c) in enumerate(entry["queues"].items()):
             failed = str(entry["failed"]) if index == 0 else ""
             sizes = [str(c["ready"]), str(c["delayed"]), str(c["reserved"]), str(c["total"])]
-            rows.append([entry["connection"], entry["driver"], queue, *sizes, failed])
+            label = f"{queue} (paused)" if c["paused"] else queue
+            rows.append([entry["connection"], entry["driver"], label, *sizes, failed])
     headers = ["CONNECTION", "DRIVER", "QUEUE", "READY", "DELAYED", "RESERVED", "TOTAL", "FAILED"]
     table(out, headers, rows, numeric=range(3, 8))
+    return EXIT_OK
+
+
+def cmd_pause(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    manager = frontend.manager(args)
+    manager.pause(args.queue, connection=args.connection)
+    where = args.connection or manager.default
+    out.write(f"Paused queue {args.queue} on connection {where}: its workers stop claiming from it.\n")
+    return EXIT_OK
+
+
+def cmd_continue(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    manager = frontend.manager(args)
+    manager.resume(args.queue, connection=args.connection)
+    where = args.connection or manager.default
+    out.write(f"Queue {args.queue} on connection {where} is worked again.\n")
     return EXIT_OK
 
 

@@ -9,10 +9,12 @@ from typing import IO, Any, Callable, NoReturn
 from .. import __version__
 from .app import Frontend, UsageError
 from .commands import (
+    cmd_continue,
     cmd_failed,
     cmd_forget,
     cmd_make_job,
     cmd_migrate,
+    cmd_pause,
     cmd_reclaim,
     cmd_retry,
     cmd_status,
@@ -59,6 +61,8 @@ COMMANDS: dict[str, Callable[[Frontend, argparse.Namespace, IO[str]], int]] = {
     "queue:reclaim": cmd_reclaim,
     "queue:status": cmd_status,
     "queue:migrate": cmd_migrate,
+    "queue:pause": cmd_pause,
+    "queue:continue": cmd_continue,
     "make:job": cmd_make_job,
 }
 
@@ -175,6 +179,14 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
     status.add_argument("--queue", metavar="A,B", help="always list these queues")
     connection_option(status, "all")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    for name, summary in (
+        ("queue:pause", "Stop every worker of a connection from claiming jobs of a queue."),
+        ("queue:continue", "Let workers claim jobs of a paused queue again."),
+    ):
+        sub = command(name, summary)
+        sub.add_argument("queue", metavar="QUEUE", help="the queue's name")
+        sub.add_argument("--connection", metavar="NAME", help="its connection (default: the default one)")
 
     migrate = command("queue:migrate", "Create or update the queue's tables on every connection that has them.")
     connection_option(migrate, "all")

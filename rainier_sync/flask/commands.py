@@ -84,5 +84,7 @@ for _name, _help in (
     ("reclaim", "Make jobs whose reservation lapsed available again."),
     ("status", "Jobs per queue and connection: ready, delayed, reserved, failed."),
     ("migrate", "Create or update the queue's tables."),
+    ("pause", "Stop every worker of a connection from claiming jobs of a queue."),
+    ("continue", "Let workers claim jobs of a paused queue again."),
 ):
     _command(_name, _help)

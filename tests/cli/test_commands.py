@@ -10,7 +10,7 @@ import pytest
 from freezegun import freeze_time
 
 import rainier_sync
-from rainier_sync import Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, main
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.locks import MemoryLockStore
@@ -505,3 +505,27 @@ def test_retry_takes_a_unique_jobs_lock_again_or_says_a_live_copy_holds_it(
     assert main(["queue:retry", "all", APP]) == EXIT_OK
     assert "Queued 0 failed job(s) again (1 kept: a live copy holds their unique lock)" in capsys.readouterr().out
     assert [f.id for f in driver.failed_jobs()] == [first] and [j.id for j in driver.jobs] == [live]
+
+
+def test_pause_and_continue_a_queue(capsys: pytest.CaptureFixture[str]) -> None:
+    driver = MemoryQueue()
+    manager = app.current = QueueManager(
+        connections={"main": driver}, registry=app.registry, container=Container(), locks=MemoryLockStore()
+    )
+    assert main(["queue:pause", "mail", APP]) == EXIT_OK
+    assert "Paused queue mail on connection main" in capsys.readouterr().out
+    assert manager.paused("main") == {"mail"}
+    assert main(["queue:status", APP]) == EXIT_OK
+    assert "mail (paused)" in capsys.readouterr().out
+    assert main(["queue:status", APP, "--json"]) == EXIT_OK
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["queues"]["mail"]["paused"] is True
+    assert main(["queue:continue", "mail", APP]) == EXIT_OK
+    assert manager.paused("main") == set()
+
+
+def test_pausing_without_a_lock_store_is_one_line_naming_locks(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["queue:pause", "mail", APP]) == EXIT_USAGE
+    assert "pausing a queue needs a lock store" in capsys.readouterr().err
