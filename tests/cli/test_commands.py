@@ -77,7 +77,7 @@ def test_status_as_json(memory: MemoryQueue, capsys: pytest.CaptureFixture[str])
         {
             "connection": "main",
             "driver": "memory",
-            "queues": {"default": {"ready": 1, "delayed": 0, "reserved": 0, "total": 1}},
+            "queues": {"default": {"ready": 1, "delayed": 0, "reserved": 0, "total": 1, "paused": False}},
             "failed": 0,
         }
     ]
