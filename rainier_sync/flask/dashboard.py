@@ -106,6 +106,8 @@ _NOTICES = {
     "forgotten": "Job {job} was deleted.",
     "missing": "There is no failed job {job} any more.",
     "held": "Job {job} was not queued again: it is unique and a copy of it is queued or running now.",
+    "paused": "Queue {job} is paused: workers stop claiming from it within their sleep.",
+    "resumed": "Queue {job} is worked again.",
 }
 
 
@@ -174,6 +176,7 @@ class QueueRow:
     queue: str
     counts: QueueCounts
     failed: int
+    paused: bool = False
 
 
 @dataclass
@@ -182,6 +185,8 @@ class ConnectionView:
     driver: str
     is_default: bool
     queues: list[QueueRow] = field(default_factory=list)
+    #: Whether queues can be paused (the manager has a lock store and the driver has workers).
+    can_pause: bool = False
     failed_total: int = 0
     failed_jobs: list[FailedJob] = field(default_factory=list)
     error: str | None = None
@@ -198,9 +203,13 @@ def _connection_view(manager: QueueManager, name: str, driver: BaseQueue, limit:
         failed_by_queue: dict[str, int] = {}
         for job in scanned:
             failed_by_queue[job.queue] = failed_by_queue.get(job.queue, 0) + 1
-        names = set(queue_names(manager, driver)) | set(failed_by_queue)
+        view.can_pause = manager.locks is not None and driver.driver.needs_a_worker()
+        paused = manager.paused(name) if view.can_pause else set()
+        names = set(queue_names(manager, driver)) | set(failed_by_queue) | paused
         for queue in sorted(names):
-            view.queues.append(QueueRow(queue, driver.counts(queue), failed_by_queue.get(queue, 0)))
+            view.queues.append(
+                QueueRow(queue, driver.counts(queue), failed_by_queue.get(queue, 0), paused=queue in paused)
+            )
         view.failed_total = driver.failed_count()
         view.failed_jobs = scanned[:limit]
     except Exception as exc:  # noqa: BLE001 - one unreachable backend must not take the page down
@@ -359,6 +368,24 @@ def retry(connection: str, job_id: str) -> BaseResponse:
 def forget(connection: str, job_id: str) -> BaseResponse:
     done = _driver(connection).forget_failed(job_id)
     return redirect(url_for(".index", notice="forgotten" if done else "missing", job=job_id), code=303)
+
+
+@blueprint.route("/<rainier_sync_segment:connection>/queues/<rainier_sync_segment:queue>/pause", methods=["POST"])
+def pause(connection: str, queue: str) -> BaseResponse:
+    from . import get_state
+
+    _driver(connection)
+    get_state().manager.pause(queue, connection=connection)
+    return redirect(url_for(".index", notice="paused", job=queue), code=303)
+
+
+@blueprint.route("/<rainier_sync_segment:connection>/queues/<rainier_sync_segment:queue>/continue", methods=["POST"])
+def resume(connection: str, queue: str) -> BaseResponse:
+    from . import get_state
+
+    _driver(connection)
+    get_state().manager.resume(queue, connection=connection)
+    return redirect(url_for(".index", notice="resumed", job=queue), code=303)
 
 
 @blueprint.route("/<rainier_sync_segment:connection>/retry-failed", methods=["POST"])

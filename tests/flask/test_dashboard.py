@@ -377,3 +377,27 @@ def test_a_short_error_is_shown_whole_without_a_link(allowed: tuple[Flask, Queue
     page = app.test_client().get("/queues/").get_data(as_text=True)
     assert "RuntimeError: " + "y" * (ERROR_PREVIEW - len("RuntimeError: ")) + "</td>" in page
     assert "full error" not in page
+
+
+def test_a_queue_is_paused_and_continued_from_the_dashboard() -> None:
+    from rainier_sync import Container
+    from rainier_sync.locks import MemoryLockStore
+
+    from .apps import registry
+
+    manager = QueueManager(
+        connections={"primary": MemoryQueue()}, registry=registry(), container=Container(), locks=MemoryLockStore()
+    )
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    fail_jobs(manager, "makes the mail queue show")
+    client = app.test_client()
+    token = token_of(client)
+    url = "/queues/primary/queues/mail/pause"
+    assert client.post(url).status_code == 400, "pausing needs the session's CSRF token"
+    assert manager.paused("primary") == set()
+    done = client.post(url, data={"csrf_token": token})
+    assert done.status_code == 303 and manager.paused("primary") == {"mail"}
+    page = client.get(done.headers["Location"]).get_data(as_text=True)
+    assert "Queue mail is paused" in page and '<span class="paused">paused</span>' in page
+    done = client.post("/queues/primary/queues/mail/continue", data={"csrf_token": token})
+    assert done.status_code == 303 and manager.paused("primary") == set()

@@ -384,12 +384,12 @@ class DatabaseQueue(BaseQueue):
         return [job.id for job in jobs]
 
     def push_stream(self, slices: Iterator[Sequence[QueuedJob]]) -> None:
-        """Store jobs as their slices are built (``dispatch_many``): on PostgreSQL one
-        ``COPY`` takes each slice as it comes, so the server stores one while the
-        next is built; elsewhere the slices are gathered and stored as ``push_many`` does."""
+        """Store jobs as their slices are built (``dispatch_many``): one ``COPY``
+        takes each slice as it comes, so the server stores one while the
+        next is built. SQLite and MariaDB have no such path and refuse (see
+        ``Capabilities.streaming_push``)."""
         if self.dialect != POSTGRESQL:
-            self.push_many([job for part in slices for job in part])
-            return
+            super().push_stream(slices)
         first = next(slices, None)
         if first is None:
             return
