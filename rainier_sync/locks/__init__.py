@@ -1,4 +1,5 @@
-"""Lock stores for unique jobs: memory here; database and Redis load on demand."""
+"""Lock stores (unique jobs, leases, middleware windows and counters, paused
+queues): memory here; database and Redis load on demand."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from .memory import MemoryLockStore
 __all__ = ["LockStore", "MemoryLockStore", "DatabaseLockStore", "RedisLockStore"]
 
 _LAZY = {
-    "DatabaseLockStore": "rainier_sync.drivers.database",
-    "RedisLockStore": "rainier_sync.drivers.redis",
+    "DatabaseLockStore": "rainier_sync.locks.database",
+    "RedisLockStore": "rainier_sync.locks.redis",
 }
 
 

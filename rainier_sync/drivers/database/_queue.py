@@ -1,4 +1,4 @@
-"""``DatabaseQueue`` and ``DatabaseLockStore`` over SQLite, PostgreSQL and MariaDB/MySQL."""
+"""``DatabaseQueue`` over SQLite, PostgreSQL and MariaDB/MySQL."""
 
 from __future__ import annotations
 
@@ -9,29 +9,28 @@ import select
 import sqlite3
 import threading
 import uuid
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, TypeVar
 
 from ... import _clock
-from ...errors import PayloadError, RainierError, SchemaMissingError
-from ...locks.base import LockStore
+from ...errors import PayloadError
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode, float_text
 from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
+
+if TYPE_CHECKING:
+    from ...locks.database import DatabaseLockStore
 from ._connection import (
     MYSQL,
     POSTGRESQL,
     SQLITE,
-    Database,
     DatabaseUrl,
     connect,
-    data_errors,
 )
-from ._schema import CHANNEL, FAILED, JOBS, LOCKS, MIGRATION_LIST, Migration, migrate
+from ._schema import CHANNEL, FAILED, JOBS, MIGRATION_LIST, Migration, migrate
+from .backend import _Backend
 
 log = logging.getLogger("rainier_sync")
 
 T = TypeVar("T")
-#: A statement's parameters, or a function building them when the statement runs.
-Params = Sequence[Any] | Callable[[], Sequence[Any]]
 
 _CLAIM_PATHS = ("skip_locked", "optimistic")
 _COLUMNS = "seq, id, queue, name, body, attempts, priority, available_at"
@@ -59,166 +58,6 @@ def _copy_text(value: str) -> str:
 
 #: Queue and job names repeat from job to job.
 _copy_name = functools.lru_cache(maxsize=1024)(_copy_text)
-
-
-def _missing_table(exc: BaseException) -> bool:
-    text = str(exc)
-    return (
-        ("no such table" in text and "rainier_" in text)
-        or (type(exc).__name__ == "UndefinedTable" and "rainier_" in text)
-        or ("1146" in repr(exc.args[:1]) and "rainier_" in text)
-    )
-
-
-class _Sql:
-    """Placeholders and the few statements whose syntax differs by dialect."""
-
-    def __init__(self, dialect: str) -> None:
-        self.dialect = dialect
-        self.ph = "?" if dialect == SQLITE else "%s"
-
-    def __call__(self, sql: str) -> str:
-        return sql.replace("%s", "?") if self.dialect == SQLITE else sql
-
-    def marks(self, n: int) -> str:
-        return ", ".join([self.ph] * n)
-
-    def insert_job(self) -> str:
-        return f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) VALUES ({self.marks(7)})"
-
-    def upsert_failed(self) -> str:
-        cols = "id, queue, name, body, error, exception, attempts, failed_at"
-        base = f"INSERT INTO {FAILED} ({cols}) VALUES ({self.marks(8)})"
-        if self.dialect == MYSQL:
-            return base + (
-                " ON DUPLICATE KEY UPDATE queue = VALUES(queue), name = VALUES(name), body = VALUES(body),"
-                " error = VALUES(error), exception = VALUES(exception), attempts = VALUES(attempts),"
-                " failed_at = VALUES(failed_at)"
-            )
-        return base + (
-            " ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, name = excluded.name, body = excluded.body,"
-            " error = excluded.error, exception = excluded.exception, attempts = excluded.attempts,"
-            " failed_at = excluded.failed_at"
-        )
-
-
-def _begin(conn: Any, dialect: str) -> None:
-    if dialect == SQLITE:
-        conn.execute("BEGIN IMMEDIATE")
-    elif dialect == POSTGRESQL:
-        conn.execute("BEGIN")
-    else:
-        conn.begin()
-
-
-def _commit(conn: Any, dialect: str) -> None:
-    if dialect == MYSQL:
-        conn.commit()
-    else:
-        conn.execute("COMMIT")
-
-
-def _rollback(conn: Any, dialect: str) -> None:
-    try:
-        if dialect == MYSQL:
-            conn.rollback()
-        else:
-            conn.execute("ROLLBACK")
-    except Exception:  # noqa: BLE001 - the original error is the one to raise
-        pass
-
-
-def _in_transaction(conn: Any, dialect: str, fn: Callable[[Any], T]) -> T:
-    _begin(conn, dialect)
-    try:
-        cursor = conn.cursor()
-        result = fn(cursor)
-    except BaseException:
-        _rollback(conn, dialect)
-        raise
-    _commit(conn, dialect)
-    return result
-
-
-class _Backend:
-    """One connection with its dialect and its SQL.
-
-    Errors reach callers as the library's own: an outage as
-    ``DatabaseUnavailableError`` (a ``QueueUnavailableError``), missing tables as
-    :class:`SchemaMissingError`, and a value the database refuses (a NUL in
-    PostgreSQL text, a number out of range) as ``PayloadError``.
-    """
-
-    def __init__(
-        self,
-        target: DatabaseUrl,
-        *,
-        reconnect_for: float | None = None,
-        response_timeout: float | None = None,
-        application_name: str = "rainier_sync",
-        init: tuple[str, ...] = (),
-    ) -> None:
-        self.target = target
-        self.dialect = target.dialect
-        self.sql = _Sql(self.dialect)
-        self.db = Database(
-            target,
-            reconnect_for=reconnect_for,
-            response_timeout=response_timeout,
-            application_name=application_name,
-            init=init,
-        )
-        self._refused = data_errors(self.dialect)
-
-    def run(self, fn: Callable[[Any], T]) -> T:
-        try:
-            return self.db.run(fn)
-        except RainierError:
-            raise
-        except Exception as exc:
-            if _missing_table(exc):
-                raise SchemaMissingError(
-                    f"the queue tables are missing from {self.target.label}: "
-                    "run DatabaseQueue.migrate() (or `rainier-sync queue:migrate`) first"
-                ) from exc
-            if isinstance(exc, self._refused):
-                text = str(exc).strip()
-                raise PayloadError(
-                    f"{self.target.label} refused a value it was given: {text.splitlines()[0] if text else exc!r}"
-                ) from exc
-            raise
-
-    def _statement(self, sql: str, params: Params, fetch: bool, write_lock: bool) -> Any:
-        sql = self.sql(sql)
-
-        def on(cursor: Any) -> Any:
-            cursor.execute(sql, tuple(params() if callable(params) else params))
-            return list(cursor.fetchall()) if fetch else int(cursor.rowcount)
-
-        if write_lock and self.dialect == SQLITE:
-            return self.transaction(on)
-        return self.run(lambda conn: on(conn.cursor()))
-
-    def execute(self, sql: str, params: Params = ()) -> int:
-        """One statement; returns the rows it changed."""
-        result: int = self._statement(sql, params, False, False)
-        return result
-
-    def query(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        result: list[tuple[Any, ...]] = self._statement(sql, params, True, False)
-        return result
-
-    def stamped(self, sql: str, params: Callable[[], Sequence[Any]], *, fetch: bool = False) -> Any:
-        """A write whose parameters read the clock (reservations, due times, lock
-        expiries): ``params()`` runs when the statement does, so a deadline is
-        never older than the statement that writes it. After a reconnect it runs
-        again; on SQLite it runs once the write lock is held. Returns the rows
-        (``fetch``) or how many it changed."""
-        return self._statement(sql, params, fetch, True)
-
-    def transaction(self, fn: Callable[[Any], T]) -> T:
-        """``fn(cursor)`` in one transaction (SQLite: ``BEGIN IMMEDIATE``, taking the write lock up front)."""
-        return self.run(lambda conn: _in_transaction(conn, self.dialect, fn))
 
 
 class DatabaseQueue(BaseQueue):
@@ -348,7 +187,9 @@ class DatabaseQueue(BaseQueue):
         return migrate(self._backend.db)
 
     def lock_store(self) -> DatabaseLockStore:
-        """A lock store for unique jobs on this queue's connection."""
+        """A lock store on this queue's connection (unique jobs, leases, middleware, paused queues)."""
+        from ...locks.database import DatabaseLockStore
+
         return DatabaseLockStore(_backend=self._backend)
 
     def describe(self) -> str:
@@ -1122,97 +963,3 @@ def replace_connection(job: QueuedJob, connection: str) -> QueuedJob:
     from dataclasses import replace
 
     return replace(job, connection=connection, receipt=None)
-
-
-class DatabaseLockStore(LockStore):
-    """Unique-job locks in a table: insert-if-absent with an expiry, released
-    and renewed only by their owner. Expiry follows the Python clock."""
-
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        reconnect_for: float | None = None,
-        response_timeout: float | None = None,
-        _backend: Any = None,
-    ) -> None:
-        if _backend is None:
-            if url is None:
-                raise ValueError("DatabaseLockStore needs a database URL")
-            _backend = _Backend(
-                DatabaseUrl.parse(url),
-                reconnect_for=reconnect_for,
-                response_timeout=response_timeout,
-                application_name="rainier_sync",
-            )
-        self._backend: _Backend = _backend
-        self._owns_connection = url is not None
-        self.dialect = self._backend.dialect
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> DatabaseLockStore:
-        """Connect to ``url`` (same forms as :meth:`DatabaseQueue.from_url`)."""
-        return cls(url, **options)
-
-    def migrate(self) -> list[int]:
-        """Create the tables (the lock table comes with the queue's migrations)."""
-        return migrate(self._backend.db)
-
-    # Every expiry is read when its statement runs (after a reconnect too; on
-    # SQLite once the write lock is held), so a lock never starts out expired.
-    def acquire(self, key: str, owner: str, ttl: float) -> bool:
-        ttl = float(ttl)
-        if self.dialect == MYSQL:
-
-            def mysql_params() -> tuple[Any, ...]:
-                now = _clock.now()
-                return (key, owner, now + ttl, now, now)
-
-            # Affected rows: 1 inserted, 2 taken over an expired lock, 0 held by someone.
-            changed: int = self._backend.stamped(
-                f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE "
-                "owner = IF(expires_at <= %s, VALUES(owner), owner), "
-                "expires_at = IF(expires_at <= %s, VALUES(expires_at), expires_at)",
-                mysql_params,
-            )
-            return changed > 0
-
-        def params() -> tuple[Any, ...]:
-            now = _clock.now()
-            return (key, owner, now + ttl, now)
-
-        changed = self._backend.stamped(
-            f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (lock_key) "
-            f"DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE {LOCKS}.expires_at <= %s",
-            params,
-        )
-        return changed > 0
-
-    def release(self, key: str, owner: str) -> bool:
-        released: int = self._backend.stamped(
-            f"DELETE FROM {LOCKS} WHERE lock_key = %s AND owner = %s AND expires_at > %s",
-            lambda: (key, owner, _clock.now()),
-        )
-        return released > 0
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        ttl = float(ttl)
-
-        def params() -> tuple[Any, ...]:
-            now = _clock.now()
-            return (now + ttl, key, owner, now)
-
-        renewed: int = self._backend.stamped(
-            f"UPDATE {LOCKS} SET expires_at = %s WHERE lock_key = %s AND owner = %s AND expires_at > %s", params
-        )
-        return renewed > 0
-
-    def owner(self, key: str) -> str | None:
-        rows = self._backend.query(
-            f"SELECT owner FROM {LOCKS} WHERE lock_key = %s AND expires_at > %s", lambda: (key, _clock.now())
-        )
-        return str(rows[0][0]) if rows else None
-
-    def close(self) -> None:
-        if self._owns_connection:
-            self._backend.db.close()

@@ -20,6 +20,9 @@ from ._connection import MYSQL, POSTGRESQL, SQLITE, Database
 JOBS = "rainier_jobs"
 FAILED = "rainier_failed_jobs"
 LOCKS = "rainier_locks"
+WINDOWS = "rainier_windows"
+COUNTERS = "rainier_counters"
+FLAGS = "rainier_flags"
 MIGRATIONS = "rainier_migrations"
 #: The PostgreSQL channel a dispatch notifies, in its own transaction (payload: the queue).
 CHANNEL = "rainier_jobs"
@@ -146,8 +149,39 @@ _MYSQL_V1 = (
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 )
 
+# Version 2: the lock store's coordination tables (job middleware, paused queues).
+# A window keeps its recent starts as text ("t1 t2 ..."), at most ``limit`` of them.
+_V2 = {
+    POSTGRESQL: (
+        f"CREATE TABLE IF NOT EXISTS {WINDOWS} (window_key TEXT PRIMARY KEY, starts TEXT NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS {COUNTERS} (
+            counter_key TEXT PRIMARY KEY, hits BIGINT NOT NULL, lapses_at DOUBLE PRECISION NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {FLAGS} (
+            flag_group TEXT NOT NULL, member TEXT NOT NULL, PRIMARY KEY (flag_group, member))""",
+    ),
+    SQLITE: (
+        f"CREATE TABLE IF NOT EXISTS {WINDOWS} (window_key TEXT PRIMARY KEY, starts TEXT NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS {COUNTERS} (
+            counter_key TEXT PRIMARY KEY, hits INTEGER NOT NULL, lapses_at REAL NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {FLAGS} (
+            flag_group TEXT NOT NULL, member TEXT NOT NULL, PRIMARY KEY (flag_group, member))""",
+    ),
+    MYSQL: (
+        f"""CREATE TABLE IF NOT EXISTS {WINDOWS} (
+            window_key VARCHAR(191) NOT NULL PRIMARY KEY, starts LONGTEXT NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+        f"""CREATE TABLE IF NOT EXISTS {COUNTERS} (
+            counter_key VARCHAR(191) NOT NULL PRIMARY KEY, hits BIGINT NOT NULL, lapses_at DOUBLE NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+        f"""CREATE TABLE IF NOT EXISTS {FLAGS} (
+            flag_group VARCHAR(191) NOT NULL, member VARCHAR(191) NOT NULL, PRIMARY KEY (flag_group, member)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    ),
+}
+
 MIGRATION_LIST: tuple[Migration, ...] = (
     Migration(1, "create_queue_tables", {POSTGRESQL: _PG_V1, SQLITE: _SQLITE_V1, MYSQL: _MYSQL_V1}),
+    Migration(2, "create_coordination_tables", _V2),
 )
 
 _BOOKKEEPING = {

@@ -1,4 +1,4 @@
-"""The Redis driver (streams with one consumer group) and the Redis lock store.
+"""The Redis driver: streams read through one consumer group.
 
 Keys, under the connection's ``prefix`` ``P``:
 
@@ -29,7 +29,6 @@ import os
 import select
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -41,7 +40,6 @@ from ...errors import (
     PayloadError,
     RedisUnavailableError,
 )
-from ...locks.base import LockStore
 from ...types import (
     ExceptionInfo,
     FailedJob,
@@ -54,675 +52,26 @@ from ...types import (
     decode as decode_json,
 )
 from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
+from .connection import (
+    _check_url,
+    _client,
+    _connection_settings,
+    _Reconnect,
+    _retrying,
+    _where,
+)
+from .scripts import SOURCES as _SOURCES
 
 try:
     import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise DriverUnavailableError("the Redis driver needs redis-py: pip install 'rainier_sync[redis]'") from error
 
-__all__ = ["RedisLockStore", "RedisQueue", "RedisUnavailableError"]
+__all__ = ["RedisQueue", "RedisUnavailableError"]
 
 log = logging.getLogger("rainier_sync")
 
-_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
 _T = TypeVar("_T")
-
-#: What a connection that is broken, refused or timed out raises.
-_BROKEN = (redis.ConnectionError, redis.TimeoutError, OSError)
-#: What redis-py raises for a value it cannot send (a lone surrogate, a type it does not know).
-_BAD_DATA = (redis.DataError, UnicodeEncodeError)
-
-
-class _Reconnect(NamedTuple):
-    """How a command that met a broken connection is tried again: ``retries`` more
-    times, on a new connection, pausing 100 ms, 200 ms, 400 ms... (at most ``cap``
-    seconds) in between. No retries: the command fails at once."""
-
-    retries: int = 0
-    cap: float = 1.0
-
-    def pause(self, failures: int) -> float:
-        return float(min(self.cap, 0.1 * 2 ** (failures - 1)))
-
-
-def _retrying(
-    policy: _Reconnect,
-    named: Callable[[], str],
-    what: str,
-    attempt: Callable[[], _T],
-    broken: Callable[[], None] | None = None,
-) -> _T:
-    """Run ``attempt``, again after a broken connection as ``policy`` allows.
-
-    ``attempt`` builds its command's arguments as it sends it, so the times they
-    carry ("now", a reservation's deadline) are those of the try that reaches the
-    server, not of one made before a wait for it. Redis out of reach raises
-    :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError.
-    """
-    failures = 0
-    while True:
-        try:
-            return attempt()
-        except _BROKEN as exc:
-            if broken is not None:
-                broken()
-            failures += 1
-            if failures > policy.retries:
-                tries = f" ({failures} tries)" if failures > 1 else ""
-                raise RedisUnavailableError(f"{named()}: {what} failed{tries}: {type(exc).__name__}: {exc}") from exc
-            time.sleep(policy.pause(failures))
-        except _BAD_DATA as exc:
-            raise PayloadError(f"{named()}: {what}: Redis cannot be sent this: {exc}") from exc
-
-
-def _positive_ms(owner: str, name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigurationError(f"{owner}: {name} must be a positive number of milliseconds, got {value!r}")
-    return float(value) / 1000.0
-
-
-def _connection_settings(
-    owner: str,
-    connect_timeout_ms: float | None,
-    response_timeout_ms: float | None,
-    reconnect: bool,
-    reconnect_attempts: int | None,
-    reconnect_max_backoff_ms: float | None,
-) -> tuple[float | None, float | None, _Reconnect]:
-    """The timeouts (seconds) and reconnect policy the settings ask for; ConfigurationError naming a bad one."""
-    connect_timeout = _positive_ms(owner, "connect_timeout_ms", connect_timeout_ms)
-    response_timeout = _positive_ms(owner, "response_timeout_ms", response_timeout_ms)
-    if not isinstance(reconnect, bool):
-        raise ConfigurationError(f"{owner}: reconnect must be true or false, got {reconnect!r}")
-    if not reconnect and (reconnect_attempts is not None or reconnect_max_backoff_ms is not None):
-        given = "reconnect_attempts" if reconnect_attempts is not None else "reconnect_max_backoff_ms"
-        raise ConfigurationError(f"{owner}: {given} has no effect without reconnect = true; set both")
-    if reconnect_attempts is not None and (
-        isinstance(reconnect_attempts, bool) or not isinstance(reconnect_attempts, int) or reconnect_attempts < 1
-    ):
-        raise ConfigurationError(f"{owner}: reconnect_attempts must be an int >= 1, got {reconnect_attempts!r}")
-    max_backoff = _positive_ms(owner, "reconnect_max_backoff_ms", reconnect_max_backoff_ms)
-    policy = _Reconnect(reconnect_attempts or 3, max_backoff or 1.0) if reconnect else _Reconnect()
-    return connect_timeout, response_timeout, policy
-
-
-def _client(url: str, connect_timeout: float | None, response_timeout: float | None, name: str | None) -> redis.Redis:
-    """A client whose connections never retry on their own: the driver retries, with
-    the arguments built again for each try."""
-    pool = redis.ConnectionPool.from_url(
-        url,
-        protocol=2,
-        decode_responses=False,
-        socket_connect_timeout=connect_timeout,
-        socket_timeout=response_timeout,
-        retry=Retry(NoBackoff(), 0),
-        client_name=name,
-    )
-    client = redis.Redis(connection_pool=pool)
-    client.auto_close_connection_pool = True
-    return client
-
-
-def _where(client: redis.Redis) -> str:
-    kwargs = client.connection_pool.connection_kwargs
-    where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-    return f"{where}/{kwargs.get('db', 0)}"
-
-
-def _ours(old: Any, owner: str) -> bool:
-    """After ``SET … NX GET``: set now (nothing was there), or already held by ``owner``."""
-    return old is None or (old.decode() if isinstance(old, bytes) else old) == owner
-
-
-def _check_url(owner: str, url: Any) -> str:
-    if not isinstance(url, str) or not url.startswith(_SCHEMES):
-        raise ConfigurationError(f"{owner} url must start with redis://, rediss:// or unix://, got {url!r}")
-    return url
-
-
-# ---------------------------------------------------------------------------
-# The lock store
-# ---------------------------------------------------------------------------
-
-_RELEASE_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-_RENEW_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-
-
-def _ttl_ms(ttl: float, key: str) -> int:
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
-        raise ValueError(f"lock {key!r}: ttl must be a positive number of seconds, got {ttl!r}")
-    return max(1, int(round(ttl * 1000)))
-
-
-class RedisLockStore(LockStore):
-    """Locks in Redis: ``SET key owner NX PX ttl``; released and renewed only by their owner token.
-
-    Expiry is Redis's own clock (``PX``), so a lock outlives a dead holder by at most its ttl.
-    Usable with any queue driver. Redis out of reach raises :class:`RedisUnavailableError`.
-    """
-
-    def __init__(self, client: redis.Redis, prefix: str = "rainier:lock:") -> None:
-        self._client = client
-        self._prefix = prefix
-        self._release = client.register_script(_RELEASE_LOCK)
-        self._renew = client.register_script(_RENEW_LOCK)
-        self._policy = _Reconnect()
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        prefix: str = "rainier:lock:",
-        *,
-        connect_timeout_ms: float | None = None,
-        response_timeout_ms: float | None = None,
-        reconnect: bool = False,
-        reconnect_attempts: int | None = None,
-        reconnect_max_backoff_ms: float | None = None,
-    ) -> RedisLockStore:
-        """Connect to ``url`` (``redis://host:port/db``); the timeouts and reconnect
-        settings mean what they do for :meth:`RedisQueue.from_url`."""
-        _check_url("RedisLockStore", url)
-        connect_timeout, response_timeout, policy = _connection_settings(
-            "redis lock store",
-            connect_timeout_ms,
-            response_timeout_ms,
-            reconnect,
-            reconnect_attempts,
-            reconnect_max_backoff_ms,
-        )
-        store = cls(_client(url, connect_timeout, response_timeout, None), prefix=prefix)
-        store._policy = policy
-        return store
-
-    def _key(self, key: str) -> str:
-        return self._prefix + key
-
-    def _named(self) -> str:
-        return f"redis lock store ({_where(self._client)})"
-
-    def _call(self, what: str, attempt: Callable[[], _T]) -> _T:
-        return _retrying(self._policy, self._named, what, attempt)
-
-    def acquire(self, key: str, owner: str, ttl: float) -> bool:
-        name, px = self._key(key), _ttl_ms(ttl, key)
-        tries = 0
-
-        def attempt() -> bool:
-            nonlocal tries
-            tries += 1
-            if tries == 1:
-                return bool(self._client.set(name, owner, nx=True, px=px))
-            # the broken try's SET may have run, with only its reply lost: the key's
-            # old value holding our own owner token means the lock is ours
-            return _ours(self._client.set(name, owner, nx=True, px=px, get=True), owner)
-
-        return self._call(f"acquire of {key!r}", attempt)
-
-    def release(self, key: str, owner: str) -> bool:
-        return self._call(f"release of {key!r}", lambda: bool(self._release(keys=[self._key(key)], args=[owner])))
-
-    def renew(self, key: str, owner: str, ttl: float) -> bool:
-        name, px = self._key(key), _ttl_ms(ttl, key)
-        return self._call(f"renewal of {key!r}", lambda: bool(self._renew(keys=[name], args=[owner, px])))
-
-    def acquire_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
-        """Every ``SET NX PX`` in one pipelined round trip (not a transaction: each is atomic on its own)."""
-        if not items:
-            return []
-        wanted = [(self._key(key), owner, _ttl_ms(ttl, key)) for key, owner in items]
-        tries = 0
-
-        def attempt() -> list[bool]:
-            nonlocal tries
-            tries += 1
-            again = tries > 1
-            pipe = self._client.pipeline(transaction=False)
-            for name, owner, px in wanted:
-                pipe.set(name, owner, nx=True, px=px, get=again)  # as acquire() does after a broken try
-            replies = pipe.execute()
-            if not again:
-                return [bool(done) for done in replies]
-            return [_ours(old, owner) for old, (_, owner, _) in zip(replies, wanted, strict=True)]
-
-        return self._call(f"acquire of {len(items)} lock(s), {items[0][0]!r} first", attempt)
-
-    def renew_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
-        """Every owner-checked renewal in one pipelined round trip."""
-        if not items:
-            return []
-        wanted = [(self._key(key), owner, _ttl_ms(ttl, key)) for key, owner in items]
-
-        def attempt() -> list[bool]:
-            pipe = self._client.pipeline(transaction=False)
-            for name, owner, px in wanted:
-                self._renew(keys=[name], args=[owner, px], client=pipe)
-            return [bool(done) for done in pipe.execute()]
-
-        return self._call(f"renewal of {len(items)} lock(s), {items[0][0]!r} first", attempt)
-
-    def owner(self, key: str) -> str | None:
-        value: Any = self._call(f"owner of {key!r}", lambda: self._client.get(self._key(key)))
-        if value is None:
-            return None
-        return value.decode() if isinstance(value, bytes) else str(value)
-
-    def close(self) -> None:
-        self._client.close()
-
-
-# ---------------------------------------------------------------------------
-# Lua: every multi-step change to the queue is one script, so it is atomic
-# ---------------------------------------------------------------------------
-
-# A reservation's member in ``P<queue>:reserved``: "band|entry", padded past
-# ``zset-max-listpack-value`` (64 bytes by default) so that the set is a skiplist
-# from its first member on. In a small set's listpack every insert scans the
-# whole list: a batch of 72 reservations cost a reserve 240 us of server time
-# that way, against 26 us in a skiplist.
-_HELD = """
-local function held(band, id)
-  local m = band .. '|' .. id
-  return m .. string.rep(' ', 72 - #m)
-end
-"""
-
-# Shared by the scripts that put a job (back) on a queue. A job due later than
-# ``now`` waits in the delayed set as "band|attempts|json"; a due one is added
-# to its band's stream. ``wake`` publishes once until some worker reserves
-# again, so a burst of pushes costs idle workers one wake-up, not thousands.
-_PUSH_LIB = """
-local function push(P, q, band, att, due, body, now, seen)
-  local base = P .. q .. ':'
-  if not seen['q' .. q] then
-    redis.call('SADD', P .. 'queues', q)
-    seen['q' .. q] = true
-  end
-  if tonumber(due) > now then
-    redis.call('ZADD', base .. 'delayed', due, band .. '|' .. att .. '|' .. body)
-  else
-    if not seen['b' .. q .. '|' .. band] then
-      redis.call('ZADD', base .. 'bands', band, band)
-      seen['b' .. q .. '|' .. band] = true
-    end
-    redis.call('XADD', base .. 'ready:' .. band, '*', 'j', body, 'a', att)
-  end
-end
-local function wake(P)
-  if redis.call('SET', P .. 'wake:sent', '1', 'NX') then
-    redis.call('PUBLISH', P .. 'wake', '1')
-  end
-end
-local function requeue(P, group, q, band, id)
-  local stream = P .. q .. ':ready:' .. band
-  local found = redis.call('XRANGE', stream, id, id)
-  redis.call('XACK', stream, group, id)
-  redis.call('XDEL', stream, id)
-  if not found[1] then
-    return 0
-  end
-  local fields, bumped = {}, false
-  local old = found[1][2]
-  for k = 1, #old, 2 do
-    fields[#fields + 1] = old[k]
-    if old[k] == 'a' then
-      -- a count this driver did not write stays as it is, for the reserve to turn down
-      local counted = string.match(old[k + 1], '^%d+$') and #old[k + 1] <= 9
-      fields[#fields + 1] = counted and tostring(tonumber(old[k + 1]) + 1) or old[k + 1]
-      bumped = true
-    else
-      fields[#fields + 1] = old[k + 1]
-    end
-  end
-  if not bumped then
-    fields[#fields + 1] = 'a'
-    fields[#fields + 1] = '1'
-  end
-  redis.call('XADD', stream, '*', unpack(fields))
-  return 1
-end
-"""
-
-# ARGV: prefix, now, then a blob of one line per job: queue TAB band TAB attempts TAB due TAB json.
-# (One argument per thousand jobs rather than five per job: packing arguments is
-# most of a bulk push's cost in redis-py. JSON never holds a raw tab or newline,
-# and queue names may not.)
-_PUSH = (
-    _PUSH_LIB
-    + """
-local P, now, blob = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local seen = {}
-local pos, size = 1, #blob
-while pos <= size do
-  local stop = string.find(blob, '\\n', pos, true) or (size + 1)
-  local t1 = string.find(blob, '\\t', pos, true)
-  local t2 = string.find(blob, '\\t', t1 + 1, true)
-  local t3 = string.find(blob, '\\t', t2 + 1, true)
-  local t4 = string.find(blob, '\\t', t3 + 1, true)
-  push(P, string.sub(blob, pos, t1 - 1), string.sub(blob, t1 + 1, t2 - 1), string.sub(blob, t2 + 1, t3 - 1),
-       string.sub(blob, t3 + 1, t4 - 1), string.sub(blob, t4 + 1, stop - 1), now, seen)
-  pos = stop + 1
-end
-wake(P)
-return 1
-"""
-)
-
-# ARGV: prefix, now, queue, band, attempts, due, json: one job (a single dispatch).
-_PUSH_ONE = (
-    _PUSH_LIB
-    + """
-push(ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[2]), {})
-wake(ARGV[1])
-return 1
-"""
-)
-
-# ARGV: prefix, group, consumer, now, deadline, limit, promote_batch, queues...
-# Promotes due delayed jobs, then reads up to ``limit`` entries, queues in the
-# order given and bands lowest first, recording each reservation's deadline.
-_RESERVE = (
-    _HELD
-    + """
-local P, group, consumer = ARGV[1], ARGV[2], ARGV[3]
-local now_s, deadline = ARGV[4], ARGV[5]
-local left, promote = tonumber(ARGV[6]), tonumber(ARGV[7])
-redis.call('DEL', P .. 'wake:sent')
-local out = {}
-for i = 8, #ARGV do
-  local q = ARGV[i]
-  local base = P .. q .. ':'
-  local due = redis.call('ZRANGEBYSCORE', base .. 'delayed', '-inf', now_s, 'LIMIT', 0, promote)
-  local seen = {}
-  for _, m in ipairs(due) do
-    redis.call('ZREM', base .. 'delayed', m)
-    local band, att, body = string.match(m, '^(-?%d+)|(%d+)|(.*)$')
-    if not band then
-      -- not written by this driver: surface it as an unreadable entry rather than drop it
-      band, att, body = '0', '0', m
-    end
-    if not seen[band] then
-      redis.call('ZADD', base .. 'bands', band, band)
-      seen[band] = true
-    end
-    redis.call('XADD', base .. 'ready:' .. band, '*', 'j', body, 'a', att)
-  end
-  if left > 0 then
-    for _, band in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
-      local stream = base .. 'ready:' .. band
-      local got = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left, 'STREAMS', stream, '>')
-      if type(got) == 'table' and got.err then
-        if not string.find(got.err, 'NOGROUP') then
-          return redis.error_reply(got.err)
-        end
-        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-        got = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left, 'STREAMS', stream, '>')
-      end
-      if got then
-        local entries = got[1][2]
-        local deadlines = {}
-        for _, e in ipairs(entries) do
-          deadlines[#deadlines + 1] = deadline
-          deadlines[#deadlines + 1] = held(band, e[1])
-          -- in slices: unpack() stops near 8000 values, and an error here would leave
-          -- the entries just read pending with no reservation on record
-          if #deadlines >= 1000 then
-            redis.call('ZADD', base .. 'reserved', unpack(deadlines))
-            deadlines = {}
-          end
-        end
-        if #deadlines > 0 then
-          redis.call('ZADD', base .. 'reserved', unpack(deadlines))
-        end
-        -- the entries as XREADGROUP gave them: the client's parser takes them apart
-        out[#out + 1] = {q, band, entries}
-        left = left - #entries
-        if left <= 0 then
-          break
-        end
-      end
-    end
-  end
-end
-return out
-"""
-)
-
-# ARGV: prefix, group, then per stream: queue, band, n, id1..idn
-_ACK = (
-    _HELD
-    + """
-local P, group = ARGV[1], ARGV[2]
-local i = 3
-while i <= #ARGV do
-  local q, band, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local stream = P .. q .. ':ready:' .. band
-  local ids, members = {}, {}
-  for k = 1, n do
-    ids[k] = ARGV[i + 2 + k]
-    members[k] = held(band, ids[k])
-  end
-  redis.call('XACK', stream, group, unpack(ids))
-  redis.call('XDEL', stream, unpack(ids))
-  redis.call('ZREM', P .. q .. ':reserved', unpack(members))
-  i = i + 3 + n
-end
-return 1
-"""
-)
-
-# ARGV: prefix, group, consumer, deadline, then (queue, band, id) per entry an idle
-# loop's blocking read took: each still pending to this consumer gets its
-# reservation on record. One that is not (the net put it back, a release already
-# ran) is left alone, so sending this again, late, is harmless. Returns the ids taken.
-_ADOPT = (
-    _HELD
-    + """
-local P, group, consumer, deadline = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local out = {}
-for i = 5, #ARGV, 3 do
-  local q, band, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local held_by = redis.call('XPENDING', P .. q .. ':ready:' .. band, group, id, id, 1, consumer)
-  if held_by[1] then
-    redis.call('ZADD', P .. q .. ':reserved', deadline, held(band, id))
-    out[#out + 1] = id
-  end
-end
-return out
-"""
-)
-
-#: The scripts sent without waiting for their reply (read with the next one).
-_DEFERRED = {"ack": _ACK, "adopt": _ADOPT}
-
-# ARGV: prefix, group, queue, band, id, now, due, attempts, json
-_RELEASE = (
-    _PUSH_LIB
-    + _HELD
-    + """
-local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local base = P .. q .. ':'
-if redis.call('ZREM', base .. 'reserved', held(band, id)) == 0 then
-  return 0
-end
-redis.call('XACK', base .. 'ready:' .. band, group, id)
-redis.call('XDEL', base .. 'ready:' .. band, id)
-push(P, q, band, ARGV[8], ARGV[7], ARGV[9], tonumber(ARGV[6]), {})
-wake(P)
-return 1
-"""
-)
-
-# ARGV: prefix, group, queue, band, id, failed_id, record, failed_at, held
-# With ``held`` = '1', only a reservation still on record is failed: one that lapsed
-# and was put back is the requeued job's to decide, and a failed copy beside it
-# would let a retry queue the job twice.
-_FAIL = (
-    _HELD
-    + """
-local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local base = P .. q .. ':'
-if redis.call('ZREM', base .. 'reserved', held(band, id)) == 0 and ARGV[9] == '1' then
-  return 0
-end
-redis.call('XACK', base .. 'ready:' .. band, group, id)
-redis.call('XDEL', base .. 'ready:' .. band, id)
-redis.call('HSET', P .. 'failed', ARGV[6], ARGV[7])
-redis.call('ZADD', P .. 'failed:index', ARGV[8], ARGV[6])
-return 1
-"""
-)
-
-# ARGV: prefix, group, consumer, deadline, then (queue, band, id) per job.
-# Only a reservation still on record is renewed: a lapsed, reclaimed one is not revived.
-_EXTEND = (
-    _HELD
-    + """
-local P, group, consumer, deadline = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local renewed = 0
-for i = 5, #ARGV, 3 do
-  local q, band, id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local reserved = P .. q .. ':reserved'
-  local m = held(band, id)
-  if redis.call('ZSCORE', reserved, m) then
-    redis.call('ZADD', reserved, deadline, m)
-    redis.call('XCLAIM', P .. q .. ':ready:' .. band, group, consumer, 0, id, 'JUSTID')
-    renewed = renewed + 1
-  end
-end
-return renewed
-"""
-)
-
-# ARGV: prefix, group, consumer, now, min_idle_ms, batch, forget_consumer_ms
-# Lapsed reservations (by the client's clock) go back on their stream with one
-# more attempt counted. Then XAUTOCLAIM sweeps for pending entries with no
-# reservation on record that Redis has seen idle for longer than a reservation.
-_RECLAIM = (
-    _PUSH_LIB
-    + _HELD
-    + """
-local P, group, consumer, now_s = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local min_idle, batch, forget = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local n = 0
-for _, q in ipairs(redis.call('SMEMBERS', P .. 'queues')) do
-  local base = P .. q .. ':'
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', base .. 'reserved', '-inf', now_s, 'LIMIT', 0, batch)) do
-    redis.call('ZREM', base .. 'reserved', m)
-    local band, id = string.match(m, '^(-?%d+)|(%S+)')
-    if band then
-      n = n + requeue(P, group, q, band, id)
-    end
-  end
-  for _, band in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
-    local stream = base .. 'ready:' .. band
-    local cursor = '0-0'
-    for _ = 1, 10 do
-      local claimed = redis.pcall('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', batch, 'JUSTID')
-      if type(claimed) ~= 'table' or claimed.err then
-        break
-      end
-      for _, id in ipairs(claimed[2]) do
-        if not redis.call('ZSCORE', base .. 'reserved', held(band, id)) then
-          n = n + requeue(P, group, q, band, id)
-        end
-      end
-      cursor = claimed[1]
-      if cursor == '0-0' then
-        break
-      end
-    end
-    -- consumers of dead worker processes: nothing pending, silent for ten reservations
-    local consumers = redis.pcall('XINFO', 'CONSUMERS', stream, group)
-    if type(consumers) == 'table' and not consumers.err then
-      for _, c in ipairs(consumers) do
-        local info = {}
-        for k = 1, #c, 2 do
-          info[c[k]] = c[k + 1]
-        end
-        if info['name'] ~= consumer and info['pending'] == 0 and (info['idle'] or 0) > forget then
-          redis.call('XGROUP', 'DELCONSUMER', stream, group, info['name'])
-        end
-      end
-    end
-  end
-end
-if n > 0 then
-  wake(P)
-end
-return n
-"""
-)
-
-# ARGV: prefix, now, failed_id, queue, band, attempts, due, json
-_RETRY = (
-    _PUSH_LIB
-    + """
-local P = ARGV[1]
-if redis.call('HDEL', P .. 'failed', ARGV[3]) == 0 then
-  return 0
-end
-redis.call('ZREM', P .. 'failed:index', ARGV[3])
-push(P, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[2]), {})
-wake(P)
-return 1
-"""
-)
-
-# ARGV: prefix, failed_id
-_FORGET = """
-if redis.call('HDEL', ARGV[1] .. 'failed', ARGV[2]) == 0 then
-  return 0
-end
-redis.call('ZREM', ARGV[1] .. 'failed:index', ARGV[2])
-return 1
-"""
-
-# ARGV: prefix, now, queue -> {ready, delayed, reserved}
-_COUNTS = """
-local base = ARGV[1] .. ARGV[3] .. ':'
-local in_streams = 0
-for _, band in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
-  in_streams = in_streams + redis.call('XLEN', base .. 'ready:' .. band)
-end
-local reserved = redis.call('ZCARD', base .. 'reserved')
-local due = redis.call('ZCOUNT', base .. 'delayed', '-inf', ARGV[2])
-local delayed = redis.call('ZCARD', base .. 'delayed') - due
-return {in_streams - reserved + due, delayed, reserved}
-"""
-
-#: Every script by name, registered with each client (run by EVALSHA, by EVAL when not cached).
-_SOURCES = {
-    "push": _PUSH,
-    "push_one": _PUSH_ONE,
-    "reserve": _RESERVE,
-    "ack": _ACK,
-    "adopt": _ADOPT,
-    "release": _RELEASE,
-    "fail": _FAIL,
-    "extend": _EXTEND,
-    "reclaim": _RECLAIM,
-    "retry": _RETRY,
-    "forget": _FORGET,
-    "counts": _COUNTS,
-}
 
 #: Jobs per EVALSHA when pushing or acknowledging in bulk (Lua's unpack limit is ~8000).
 _CHUNK = 1000
@@ -1142,7 +491,7 @@ class RedisQueue(BaseQueue):
             # EVAL, not EVALSHA: a reply nobody may read before the process
             # exits must not be NOSCRIPT (a fresh server, a failover, SCRIPT FLUSH)
             name, call_args = unsent[0]
-            conn.send_command("EVAL", _DEFERRED[name], 0, *self._stamped(name, call_args))
+            conn.send_command("EVAL", _SOURCES[name], 0, *self._stamped(name, call_args))
             self._sent.append(unsent.popleft())
 
     # -- the owning loop's connection --------------------------------------------------
@@ -1201,7 +550,7 @@ class RedisQueue(BaseQueue):
         self._read_acks(conn)
         while self._redo:
             name, args = self._redo[0]
-            conn.send_command("EVAL", _DEFERRED[name], 0, *self._stamped(name, args))
+            conn.send_command("EVAL", _SOURCES[name], 0, *self._stamped(name, args))
             conn.read_response()
             self._redo.pop(0)
 
@@ -1517,6 +866,7 @@ class RedisQueue(BaseQueue):
             subscription = self._subscription()
             if subscription is not None and self._drain(subscription):
                 return  # notified, or just subscribed: what was published before is unknown
+
             def look() -> Any:
                 pipe = self._client.pipeline(transaction=False)
                 for queue in queues:
@@ -1613,8 +963,17 @@ class RedisQueue(BaseQueue):
         block_ms = max(1, int(min(seconds, 1.0) * 1000))
         try:
             read.conn.send_command(
-                "XREADGROUP", "GROUP", _GROUP, self.consumer, "COUNT", 1, "BLOCK", block_ms, "STREAMS",
-                *keys, *([">"] * len(keys)),
+                "XREADGROUP",
+                "GROUP",
+                _GROUP,
+                self.consumer,
+                "COUNT",
+                1,
+                "BLOCK",
+                block_ms,
+                "STREAMS",
+                *keys,
+                *([">"] * len(keys)),
             )
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             self._drop_read(read, exc)

@@ -1,0 +1,174 @@
+"""One database connection with its dialect, its SQL and its errors, shared by
+the queue and the lock store."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence, TypeVar
+
+from ...errors import PayloadError, RainierError, SchemaMissingError
+from ._connection import MYSQL, POSTGRESQL, SQLITE, Database, DatabaseUrl, data_errors
+from ._schema import FAILED, JOBS
+
+T = TypeVar("T")
+#: A statement's parameters, or a function building them when the statement runs.
+Params = Sequence[Any] | Callable[[], Sequence[Any]]
+
+
+def _missing_table(exc: BaseException) -> bool:
+    text = str(exc)
+    return (
+        ("no such table" in text and "rainier_" in text)
+        or (type(exc).__name__ == "UndefinedTable" and "rainier_" in text)
+        or ("1146" in repr(exc.args[:1]) and "rainier_" in text)
+    )
+
+
+class _Sql:
+    """Placeholders and the few statements whose syntax differs by dialect."""
+
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        self.ph = "?" if dialect == SQLITE else "%s"
+
+    def __call__(self, sql: str) -> str:
+        return sql.replace("%s", "?") if self.dialect == SQLITE else sql
+
+    def marks(self, n: int) -> str:
+        return ", ".join([self.ph] * n)
+
+    def insert_job(self) -> str:
+        return f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) VALUES ({self.marks(7)})"
+
+    def upsert_failed(self) -> str:
+        cols = "id, queue, name, body, error, exception, attempts, failed_at"
+        base = f"INSERT INTO {FAILED} ({cols}) VALUES ({self.marks(8)})"
+        if self.dialect == MYSQL:
+            return base + (
+                " ON DUPLICATE KEY UPDATE queue = VALUES(queue), name = VALUES(name), body = VALUES(body),"
+                " error = VALUES(error), exception = VALUES(exception), attempts = VALUES(attempts),"
+                " failed_at = VALUES(failed_at)"
+            )
+        return base + (
+            " ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, name = excluded.name, body = excluded.body,"
+            " error = excluded.error, exception = excluded.exception, attempts = excluded.attempts,"
+            " failed_at = excluded.failed_at"
+        )
+
+
+def _begin(conn: Any, dialect: str) -> None:
+    if dialect == SQLITE:
+        conn.execute("BEGIN IMMEDIATE")
+    elif dialect == POSTGRESQL:
+        conn.execute("BEGIN")
+    else:
+        conn.begin()
+
+
+def _commit(conn: Any, dialect: str) -> None:
+    if dialect == MYSQL:
+        conn.commit()
+    else:
+        conn.execute("COMMIT")
+
+
+def _rollback(conn: Any, dialect: str) -> None:
+    try:
+        if dialect == MYSQL:
+            conn.rollback()
+        else:
+            conn.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001 - the original error is the one to raise
+        pass
+
+
+def _in_transaction(conn: Any, dialect: str, fn: Callable[[Any], T]) -> T:
+    _begin(conn, dialect)
+    try:
+        cursor = conn.cursor()
+        result = fn(cursor)
+    except BaseException:
+        _rollback(conn, dialect)
+        raise
+    _commit(conn, dialect)
+    return result
+
+
+class _Backend:
+    """One connection with its dialect and its SQL.
+
+    Errors reach callers as the library's own: an outage as
+    ``DatabaseUnavailableError`` (a ``QueueUnavailableError``), missing tables as
+    :class:`SchemaMissingError`, and a value the database refuses (a NUL in
+    PostgreSQL text, a number out of range) as ``PayloadError``.
+    """
+
+    def __init__(
+        self,
+        target: DatabaseUrl,
+        *,
+        reconnect_for: float | None = None,
+        response_timeout: float | None = None,
+        application_name: str = "rainier_sync",
+        init: tuple[str, ...] = (),
+    ) -> None:
+        self.target = target
+        self.dialect = target.dialect
+        self.sql = _Sql(self.dialect)
+        self.db = Database(
+            target,
+            reconnect_for=reconnect_for,
+            response_timeout=response_timeout,
+            application_name=application_name,
+            init=init,
+        )
+        self._refused = data_errors(self.dialect)
+
+    def run(self, fn: Callable[[Any], T]) -> T:
+        try:
+            return self.db.run(fn)
+        except RainierError:
+            raise
+        except Exception as exc:
+            if _missing_table(exc):
+                raise SchemaMissingError(
+                    f"the queue tables are missing from {self.target.label}: "
+                    "run DatabaseQueue.migrate() (or `rainier-sync queue:migrate`) first"
+                ) from exc
+            if isinstance(exc, self._refused):
+                text = str(exc).strip()
+                raise PayloadError(
+                    f"{self.target.label} refused a value it was given: {text.splitlines()[0] if text else exc!r}"
+                ) from exc
+            raise
+
+    def _statement(self, sql: str, params: Params, fetch: bool, write_lock: bool) -> Any:
+        sql = self.sql(sql)
+
+        def on(cursor: Any) -> Any:
+            cursor.execute(sql, tuple(params() if callable(params) else params))
+            return list(cursor.fetchall()) if fetch else int(cursor.rowcount)
+
+        if write_lock and self.dialect == SQLITE:
+            return self.transaction(on)
+        return self.run(lambda conn: on(conn.cursor()))
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        """One statement; returns the rows it changed."""
+        result: int = self._statement(sql, params, False, False)
+        return result
+
+    def query(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        result: list[tuple[Any, ...]] = self._statement(sql, params, True, False)
+        return result
+
+    def stamped(self, sql: str, params: Callable[[], Sequence[Any]], *, fetch: bool = False) -> Any:
+        """A write whose parameters read the clock (reservations, due times, lock
+        expiries): ``params()`` runs when the statement does, so a deadline is
+        never older than the statement that writes it. After a reconnect it runs
+        again; on SQLite it runs once the write lock is held. Returns the rows
+        (``fetch``) or how many it changed."""
+        return self._statement(sql, params, fetch, True)
+
+    def transaction(self, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` in one transaction (SQLite: ``BEGIN IMMEDIATE``, taking the write lock up front)."""
+        return self.run(lambda conn: _in_transaction(conn, self.dialect, fn))

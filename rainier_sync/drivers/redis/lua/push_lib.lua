@@ -1,0 +1,53 @@
+-- Shared by the scripts that put a job (back) on a queue. A job due later than
+-- ``now`` waits in the delayed set as "band|attempts|json"; a due one is added
+-- to its band's stream. ``wake`` publishes once until some worker reserves
+-- again, so a burst of pushes costs idle workers one wake-up, not thousands.
+local function push(P, q, band, att, due, body, now, seen)
+  local base = P .. q .. ':'
+  if not seen['q' .. q] then
+    redis.call('SADD', P .. 'queues', q)
+    seen['q' .. q] = true
+  end
+  if tonumber(due) > now then
+    redis.call('ZADD', base .. 'delayed', due, band .. '|' .. att .. '|' .. body)
+  else
+    if not seen['b' .. q .. '|' .. band] then
+      redis.call('ZADD', base .. 'bands', band, band)
+      seen['b' .. q .. '|' .. band] = true
+    end
+    redis.call('XADD', base .. 'ready:' .. band, '*', 'j', body, 'a', att)
+  end
+end
+local function wake(P)
+  if redis.call('SET', P .. 'wake:sent', '1', 'NX') then
+    redis.call('PUBLISH', P .. 'wake', '1')
+  end
+end
+local function requeue(P, group, q, band, id)
+  local stream = P .. q .. ':ready:' .. band
+  local found = redis.call('XRANGE', stream, id, id)
+  redis.call('XACK', stream, group, id)
+  redis.call('XDEL', stream, id)
+  if not found[1] then
+    return 0
+  end
+  local fields, bumped = {}, false
+  local old = found[1][2]
+  for k = 1, #old, 2 do
+    fields[#fields + 1] = old[k]
+    if old[k] == 'a' then
+      -- a count this driver did not write stays as it is, for the reserve to turn down
+      local counted = string.match(old[k + 1], '^%d+$') and #old[k + 1] <= 9
+      fields[#fields + 1] = counted and tostring(tonumber(old[k + 1]) + 1) or old[k + 1]
+      bumped = true
+    else
+      fields[#fields + 1] = old[k + 1]
+    end
+  end
+  if not bumped then
+    fields[#fields + 1] = 'a'
+    fields[#fields + 1] = '1'
+  end
+  redis.call('XADD', stream, '*', unpack(fields))
+  return 1
+end

@@ -1,0 +1,184 @@
+"""The database lock store: unique-job locks, Kafka's job leases, and job
+middleware's windows, counters and flags (paused queues) in tables of SQLite,
+PostgreSQL or MariaDB/MySQL, shared by every process that opens the same database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _clock
+from ..drivers.database._connection import MYSQL, SQLITE, DatabaseUrl
+from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, WINDOWS, migrate
+from ..drivers.database.backend import _Backend
+from ..types import float_text
+from .base import LockStore
+
+__all__ = ["DatabaseLockStore"]
+
+
+class DatabaseLockStore(LockStore):
+    """Locks in a table of the application's database: insert-if-absent with an
+    expiry, released and renewed only by their owner; beside them the windows,
+    counters and flags of job middleware and paused queues (migration 2).
+    Every expiry and window follows the library's clock."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        reconnect_for: float | None = None,
+        response_timeout: float | None = None,
+        _backend: Any = None,
+    ) -> None:
+        if _backend is None:
+            if url is None:
+                raise ValueError("DatabaseLockStore needs a database URL")
+            _backend = _Backend(
+                DatabaseUrl.parse(url),
+                reconnect_for=reconnect_for,
+                response_timeout=response_timeout,
+                application_name="rainier_sync",
+            )
+        self._backend: _Backend = _backend
+        self._owns_connection = url is not None
+        self.dialect = self._backend.dialect
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> DatabaseLockStore:
+        """Connect to ``url`` (same forms as :meth:`DatabaseQueue.from_url`)."""
+        return cls(url, **options)
+
+    def migrate(self) -> list[int]:
+        """Create the tables (the lock table comes with the queue's migrations)."""
+        return migrate(self._backend.db)
+
+    # Every expiry is read when its statement runs (after a reconnect too; on
+    # SQLite once the write lock is held), so a lock never starts out expired.
+    def acquire(self, key: str, owner: str, ttl: float) -> bool:
+        ttl = float(ttl)
+        if self.dialect == MYSQL:
+
+            def mysql_params() -> tuple[Any, ...]:
+                now = _clock.now()
+                return (key, owner, now + ttl, now, now)
+
+            # Affected rows: 1 inserted, 2 taken over an expired lock, 0 held by someone.
+            changed: int = self._backend.stamped(
+                f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE "
+                "owner = IF(expires_at <= %s, VALUES(owner), owner), "
+                "expires_at = IF(expires_at <= %s, VALUES(expires_at), expires_at)",
+                mysql_params,
+            )
+            return changed > 0
+
+        def params() -> tuple[Any, ...]:
+            now = _clock.now()
+            return (key, owner, now + ttl, now)
+
+        changed = self._backend.stamped(
+            f"INSERT INTO {LOCKS} (lock_key, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (lock_key) "
+            f"DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at WHERE {LOCKS}.expires_at <= %s",
+            params,
+        )
+        return changed > 0
+
+    def release(self, key: str, owner: str) -> bool:
+        released: int = self._backend.stamped(
+            f"DELETE FROM {LOCKS} WHERE lock_key = %s AND owner = %s AND expires_at > %s",
+            lambda: (key, owner, _clock.now()),
+        )
+        return released > 0
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        ttl = float(ttl)
+
+        def params() -> tuple[Any, ...]:
+            now = _clock.now()
+            return (now + ttl, key, owner, now)
+
+        renewed: int = self._backend.stamped(
+            f"UPDATE {LOCKS} SET expires_at = %s WHERE lock_key = %s AND owner = %s AND expires_at > %s", params
+        )
+        return renewed > 0
+
+    def owner(self, key: str) -> str | None:
+        rows = self._backend.query(
+            f"SELECT owner FROM {LOCKS} WHERE lock_key = %s AND expires_at > %s", lambda: (key, _clock.now())
+        )
+        return str(rows[0][0]) if rows else None
+
+    # -- coordination: each check is one transaction that holds its row (SQLite:
+    # the write lock) while it reads the library's clock, so freezegun moves
+    # windows and two workers never both take the last place in one.
+    def take(self, key: str, limit: int, per: float) -> float:
+        sql, per = self._backend.sql, float(per)
+
+        def check(cursor: Any) -> float:
+            cursor.execute(sql(self._insert_absent(WINDOWS, "window_key, starts", "%s, ''")), (key,))
+            cursor.execute(sql(f"SELECT starts FROM {WINDOWS} WHERE window_key = %s{self._for_update}"), (key,))
+            now = _clock.now()
+            starts = [float(t) for t in str(cursor.fetchone()[0]).split()]
+            starts = [t for t in starts if t > now - per][-limit:] if limit > 0 else []
+            wait = 0.0
+            if len(starts) < limit:
+                starts.append(now)
+            else:
+                wait = max(0.0, starts[len(starts) - limit] + per - now) if limit > 0 else per
+            text = " ".join(float_text(t) for t in starts)
+            cursor.execute(sql(f"UPDATE {WINDOWS} SET starts = %s WHERE window_key = %s"), (text, key))
+            return wait
+
+        return self._backend.transaction(check)
+
+    def count(self, key: str, window: float) -> int:
+        sql, window = self._backend.sql, float(window)
+
+        def bump(cursor: Any) -> int:
+            cursor.execute(sql(self._insert_absent(COUNTERS, "counter_key, hits, lapses_at", "%s, 0, 0")), (key,))
+            cursor.execute(
+                sql(f"SELECT hits, lapses_at FROM {COUNTERS} WHERE counter_key = %s{self._for_update}"), (key,)
+            )
+            hits, lapses_at = cursor.fetchone()
+            now = _clock.now()
+            hits = int(hits) + 1 if float(lapses_at) > now else 1
+            cursor.execute(
+                sql(f"UPDATE {COUNTERS} SET hits = %s, lapses_at = %s WHERE counter_key = %s"),
+                (hits, now + window, key),
+            )
+            return hits
+
+        return self._backend.transaction(bump)
+
+    def counted(self, key: str) -> tuple[int, float]:
+        rows = self._backend.query(
+            f"SELECT hits, lapses_at FROM {COUNTERS} WHERE counter_key = %s AND lapses_at > %s",
+            lambda: (key, _clock.now()),
+        )
+        return (int(rows[0][0]), float(rows[0][1])) if rows else (0, 0.0)
+
+    def reset(self, key: str) -> None:
+        self._backend.execute(f"DELETE FROM {COUNTERS} WHERE counter_key = %s", (key,))
+
+    def set_flag(self, group: str, member: str, on: bool) -> None:
+        if on:
+            self._backend.execute(self._insert_absent(FLAGS, "flag_group, member", "%s, %s"), (group, member))
+        else:
+            self._backend.execute(f"DELETE FROM {FLAGS} WHERE flag_group = %s AND member = %s", (group, member))
+
+    def flags(self, group: str) -> set[str]:
+        rows = self._backend.query(f"SELECT member FROM {FLAGS} WHERE flag_group = %s", (group,))
+        return {str(row[0]) for row in rows}
+
+    @property
+    def _for_update(self) -> str:
+        # SQLite has no row locks: BEGIN IMMEDIATE already holds the write lock.
+        return "" if self.dialect == SQLITE else " FOR UPDATE"
+
+    def _insert_absent(self, table: str, columns: str, values: str) -> str:
+        if self.dialect == MYSQL:
+            return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values})"
+        return f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"
+
+    def close(self) -> None:
+        if self._owns_connection:
+            self._backend.db.close()

@@ -1,0 +1,202 @@
+"""The Redis lock store: unique-job locks, Kafka's job leases, and job
+middleware's windows, counters and flags (paused queues), shared by every
+process that names the same Redis.
+
+Keys, under the store's ``prefix`` ``P``: ``P<key>`` a lock (its owner token,
+expiring by ``PX``); ``Pwindow:<key>`` a sliding window (sorted set of starts);
+``Pcount:<key>`` a counter (hash); ``Pflags:<group>`` a set of raised flags.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .. import _clock
+from ..drivers.redis.connection import (
+    _check_url,
+    _client,
+    _connection_settings,
+    _ours,
+    _Reconnect,
+    _retrying,
+    _where,
+)
+from ..drivers.redis.scripts import source
+from .base import LockStore
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisLockStore"]
+
+_T = TypeVar("_T")
+#: Past its window, an idle window or count is kept this long before Redis drops it,
+#: so that a clock moved by freezegun still finds it.
+_IDLE_KEEP = 3600.0
+
+
+def _keep_ms(seconds: float) -> int:
+    return int((float(seconds) + _IDLE_KEEP) * 1000)
+
+
+def _ttl_ms(ttl: float, key: str) -> int:
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
+        raise ValueError(f"lock {key!r}: ttl must be a positive number of seconds, got {ttl!r}")
+    return max(1, int(round(ttl * 1000)))
+
+
+class RedisLockStore(LockStore):
+    """Locks in Redis: ``SET key owner NX PX ttl``; released and renewed only by their owner token.
+
+    Expiry is Redis's own clock (``PX``), so a lock outlives a dead holder by at most its ttl.
+    Usable with any queue driver. Redis out of reach raises :class:`RedisUnavailableError`.
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str = "rainier:lock:") -> None:
+        self._client = client
+        self._prefix = prefix
+        self._release = client.register_script(source("lock_release"))
+        self._renew = client.register_script(source("lock_renew"))
+        self._take = client.register_script(source("lock_take"))
+        self._count = client.register_script(source("lock_count"))
+        self._policy = _Reconnect()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "rainier:lock:",
+        *,
+        connect_timeout_ms: float | None = None,
+        response_timeout_ms: float | None = None,
+        reconnect: bool = False,
+        reconnect_attempts: int | None = None,
+        reconnect_max_backoff_ms: float | None = None,
+    ) -> RedisLockStore:
+        """Connect to ``url`` (``redis://host:port/db``); the timeouts and reconnect
+        settings mean what they do for :meth:`RedisQueue.from_url`."""
+        _check_url("RedisLockStore", url)
+        connect_timeout, response_timeout, policy = _connection_settings(
+            "redis lock store",
+            connect_timeout_ms,
+            response_timeout_ms,
+            reconnect,
+            reconnect_attempts,
+            reconnect_max_backoff_ms,
+        )
+        store = cls(_client(url, connect_timeout, response_timeout, None), prefix=prefix)
+        store._policy = policy
+        return store
+
+    def _key(self, key: str) -> str:
+        return self._prefix + key
+
+    def _named(self) -> str:
+        return f"redis lock store ({_where(self._client)})"
+
+    def _call(self, what: str, attempt: Callable[[], _T]) -> _T:
+        return _retrying(self._policy, self._named, what, attempt)
+
+    def acquire(self, key: str, owner: str, ttl: float) -> bool:
+        name, px = self._key(key), _ttl_ms(ttl, key)
+        tries = 0
+
+        def attempt() -> bool:
+            nonlocal tries
+            tries += 1
+            if tries == 1:
+                return bool(self._client.set(name, owner, nx=True, px=px))
+            # the broken try's SET may have run, with only its reply lost: the key's
+            # old value holding our own owner token means the lock is ours
+            return _ours(self._client.set(name, owner, nx=True, px=px, get=True), owner)
+
+        return self._call(f"acquire of {key!r}", attempt)
+
+    def release(self, key: str, owner: str) -> bool:
+        return self._call(f"release of {key!r}", lambda: bool(self._release(keys=[self._key(key)], args=[owner])))
+
+    def renew(self, key: str, owner: str, ttl: float) -> bool:
+        name, px = self._key(key), _ttl_ms(ttl, key)
+        return self._call(f"renewal of {key!r}", lambda: bool(self._renew(keys=[name], args=[owner, px])))
+
+    def acquire_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+        """Every ``SET NX PX`` in one pipelined round trip (not a transaction: each is atomic on its own)."""
+        if not items:
+            return []
+        wanted = [(self._key(key), owner, _ttl_ms(ttl, key)) for key, owner in items]
+        tries = 0
+
+        def attempt() -> list[bool]:
+            nonlocal tries
+            tries += 1
+            again = tries > 1
+            pipe = self._client.pipeline(transaction=False)
+            for name, owner, px in wanted:
+                pipe.set(name, owner, nx=True, px=px, get=again)  # as acquire() does after a broken try
+            replies = pipe.execute()
+            if not again:
+                return [bool(done) for done in replies]
+            return [_ours(old, owner) for old, (_, owner, _) in zip(replies, wanted, strict=True)]
+
+        return self._call(f"acquire of {len(items)} lock(s), {items[0][0]!r} first", attempt)
+
+    def renew_many(self, items: Sequence[tuple[str, str]], ttl: float) -> list[bool]:
+        """Every owner-checked renewal in one pipelined round trip."""
+        if not items:
+            return []
+        wanted = [(self._key(key), owner, _ttl_ms(ttl, key)) for key, owner in items]
+
+        def attempt() -> list[bool]:
+            pipe = self._client.pipeline(transaction=False)
+            for name, owner, px in wanted:
+                self._renew(keys=[name], args=[owner, px], client=pipe)
+            return [bool(done) for done in pipe.execute()]
+
+        return self._call(f"renewal of {len(items)} lock(s), {items[0][0]!r} first", attempt)
+
+    def owner(self, key: str) -> str | None:
+        value: Any = self._call(f"owner of {key!r}", lambda: self._client.get(self._key(key)))
+        if value is None:
+            return None
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    # -- coordination: a sliding window and counters keep the library's clock in
+    # their values (freezegun moves them); Redis's own expiry only clears keys
+    # left idle well past their window.
+    def take(self, key: str, limit: int, per: float) -> float:
+        name, keep = self._key("window:" + key), _keep_ms(per)
+
+        def attempt() -> float:
+            reply = self._take(keys=[name], args=[_clock.now(), per, limit, uuid.uuid4().hex, keep])
+            return float(reply)
+
+        return self._call(f"window {key!r}", attempt)
+
+    def count(self, key: str, window: float) -> int:
+        name, keep = self._key("count:" + key), _keep_ms(window)
+        return self._call(f"count {key!r}", lambda: int(self._count(keys=[name], args=[_clock.now(), window, keep])))
+
+    def counted(self, key: str) -> tuple[int, float]:
+        held: Any = self._call(f"count {key!r}", lambda: self._client.hmget(self._key("count:" + key), "n", "until"))
+        if held[0] is None or float(held[1]) <= _clock.now():
+            return (0, 0.0)
+        return (int(held[0]), float(held[1]))
+
+    def reset(self, key: str) -> None:
+        self._call(f"reset of {key!r}", lambda: self._client.delete(self._key("count:" + key)))
+
+    def set_flag(self, group: str, member: str, on: bool) -> None:
+        name = self._key("flags:" + group)
+        if on:
+            self._call(f"flag {member!r} of {group!r}", lambda: self._client.sadd(name, member))
+        else:
+            self._call(f"flag {member!r} of {group!r}", lambda: self._client.srem(name, member))
+
+    def flags(self, group: str) -> set[str]:
+        members: Any = self._call(f"flags of {group!r}", lambda: self._client.smembers(self._key("flags:" + group)))
+        return {m.decode() if isinstance(m, bytes) else str(m) for m in members}
+
+    def close(self) -> None:
+        self._client.close()

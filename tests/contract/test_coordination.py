@@ -1,0 +1,127 @@
+"""The lock store's coordination API (job middleware's windows and counters,
+paused queues' flags), held alike on every store: memory, the database on
+SQLite, PostgreSQL and MariaDB, and Redis, each against its real server."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+
+from rainier_sync.locks import LockStore, MemoryLockStore
+
+STORES = ["memory", "sqlite", "postgres", "mysql", "redis"]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LockStore]:
+    kind = request.param
+    if kind == "memory":
+        yield MemoryLockStore()
+        return
+    if kind == "redis":
+        from rainier_sync.locks import RedisLockStore
+
+        url = request.getfixturevalue("redis_url")
+        made: LockStore = RedisLockStore.from_url(url, prefix=f"rstest:{uuid.uuid4().hex[:12]}:")
+    else:
+        from rainier_sync.locks import DatabaseLockStore
+        from tests.drivers.database.support import mysql_database_url, postgres_schema_url
+
+        if kind == "sqlite":
+            url = f"sqlite:///{tmp_path / 'locks.db'}"
+        elif kind == "postgres":
+            url = postgres_schema_url(request)
+        else:
+            url = mysql_database_url(request)
+        database = DatabaseLockStore.from_url(url)
+        database.migrate()
+        made = database
+    yield made
+    made.close()
+
+
+def key() -> str:
+    """A key no other test (or earlier run on the same server) has used."""
+    return f"k-{uuid.uuid4().hex[:10]}"
+
+
+def test_a_sliding_window_takes_up_to_its_limit_then_says_how_long_to_wait(store: LockStore) -> None:
+    name = key()
+    with freeze_time("2026-01-01 00:00:00") as clock:
+        assert [store.take(name, 3, 10.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+        assert store.take(name, 3, 10.0) == pytest.approx(10.0)
+        clock.tick(4)
+        assert store.take(name, 3, 10.0) == pytest.approx(6.0), "a refused take counts nothing"
+        clock.tick(6)
+        assert store.take(name, 3, 10.0) == 0.0, "the first three starts have left the window"
+        assert store.take(name, 3, 10.0) == 0.0
+        assert store.take(name, 3, 10.0) == 0.0
+        assert store.take(name, 3, 10.0) == pytest.approx(10.0)
+        assert store.take(key(), 3, 10.0) == 0.0, "each key has a window of its own"
+
+
+def test_a_window_never_lets_more_than_its_limit_through_at_once(store: LockStore) -> None:
+    name, taken = key(), []
+    barrier = threading.Barrier(6)
+
+    def contend() -> None:
+        barrier.wait()
+        for _ in range(5):
+            if store.take(name, 7, 3600.0) == 0.0:
+                taken.append(1)
+
+    threads = [threading.Thread(target=contend) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(taken) == 7
+
+
+def test_a_count_grows_then_lapses_after_its_window(store: LockStore) -> None:
+    name = key()
+    with freeze_time("2026-01-01 00:00:00") as clock:
+        assert store.counted(name) == (0, 0.0)
+        assert [store.count(name, 60.0) for _ in range(3)] == [1, 2, 3]
+        hits, lapses = store.counted(name)
+        assert hits == 3 and lapses == pytest.approx(clock().timestamp() + 60.0)
+        clock.tick(59)
+        assert store.count(name, 60.0) == 4, "each event moves the lapse on"
+        clock.tick(61)
+        assert store.counted(name) == (0, 0.0)
+        assert store.count(name, 60.0) == 1
+        store.reset(name)
+        assert store.counted(name) == (0, 0.0)
+
+
+def test_counts_from_many_threads_are_all_counted(store: LockStore) -> None:
+    name = key()
+
+    def bump() -> None:
+        for _ in range(10):
+            store.count(name, 3600.0)
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert store.counted(name)[0] == 40
+
+
+def test_flags_are_raised_and_lowered_per_group(store: LockStore) -> None:
+    group = key()
+    assert store.flags(group) == set()
+    store.set_flag(group, "mail", True)
+    store.set_flag(group, "mail", True)
+    store.set_flag(group, "reports", True)
+    store.set_flag(key(), "other", True)
+    assert store.flags(group) == {"mail", "reports"}
+    store.set_flag(group, "mail", False)
+    store.set_flag(group, "never-raised", False)
+    assert store.flags(group) == {"reports"}
