@@ -13,6 +13,7 @@ import contextlib
 import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
@@ -250,7 +251,8 @@ class Executor:
     def run_inline(self, job: QueuedJob, failed_store: Callable[[FailedJob], None] | None = None) -> str:
         """Run ``job`` now, in this thread, through all its attempts without
         sleeping out the backoff (the sync driver, ``dispatch_now``); returns its
-        id. A final failure is kept in ``failed_store`` and raised."""
+        id. A final failure is kept in ``failed_store`` and raised; a deferral
+        is waited out in this thread, a skip returns at once."""
         job.attempts = 0
         while True:
             job.attempts += 1
@@ -259,8 +261,13 @@ class Executor:
                 assert completion.exception is not None
                 raise completion.exception
             self.announce(completion)
-            if completion.outcome is PROCESSED:
+            if completion.outcome is PROCESSED or completion.outcome is SKIPPED:
                 return job.id
+            if completion.outcome is DEFERRED:
+                # Nowhere to keep it: wait the deferral out here, then the same try again.
+                job.attempts -= 1
+                time.sleep(completion.delay)
+                continue
             if completion.outcome is FAILED:
                 assert completion.info is not None
                 if failed_store is not None:

@@ -263,6 +263,28 @@ def test_give_back_returns_an_unstarted_job_at_once(h: Harness, q: BaseQueue) ->
         assert [j.attempts for j in again] == [1, 1], "a job that never started has not been attempted"
 
 
+def test_a_deferred_job_comes_back_when_due_its_attempt_unspent(h: Harness, q: BaseQueue) -> None:
+    if not q.capabilities.give_back:
+        pytest.skip(f"{h.name} cannot put a job back uncounted: a deferral spends its try there")
+    deferred = job()
+    q.push(deferred)
+    taken = reserve_all(q, ["default"], 1)
+    assert [j.id for j in taken] == [deferred.id]
+    q.defer(taken[0], 1.0)
+    assert reserve_all(q, ["default"], 1) == [], "a deferred job is not due before its delay"
+    h.advance(1.5)
+    again: list[QueuedJob] = []
+
+    def back() -> bool:
+        again.extend(reserve_all(q, ["default"], 1))
+        return bool(again)
+
+    _wait_for(back, seconds=20, what="the deferred job to come back")
+    assert [j.id for j in again] == [deferred.id]
+    if "give back a job without counting its attempt" not in h.lacks:
+        assert again[0].attempts == 1, "a deferral does not spend a try"
+
+
 @dataclass
 class CrashProbe(Job):
     """A unique job that records its attempts and its ``failed()`` call."""

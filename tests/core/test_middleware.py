@@ -381,3 +381,33 @@ def test_a_once_run_with_every_queue_paused_returns() -> None:
     manager.dispatch(Account(account_id=1))
     stats = once(manager)
     assert stats.processed == 0 and memory.size() == 1
+
+
+class DeferBriefly:
+    def handle(self, job: Any, context: JobContext, call_next: Callable[[], None]) -> None:
+        if job.n not in DeferOnce.deferred:
+            DeferOnce.deferred.add(job.n)
+            context.defer(0.01, "a moment")
+            return
+        call_next()
+
+
+@dataclass
+class DeferBrieflyOnce(DeferOnce):
+    NAME = "mw.defer-briefly"
+
+    def middleware(self) -> list[Any]:
+        return [DeferBriefly()]
+
+
+def test_dispatch_now_runs_a_skipped_job_never_and_returns() -> None:
+    manager, _ = build(Account)
+    job_id = manager.dispatch_now(Account(account_id=0))
+    assert job_id and ran == []
+
+
+def test_dispatch_now_waits_out_a_deferral_then_runs_the_job_on_the_same_try() -> None:
+    DeferOnce.deferred.clear()
+    manager, _ = build(DeferBrieflyOnce)
+    manager.dispatch_now(DeferBrieflyOnce(n=4))
+    assert ran == [("defer-once", 4, 1)]

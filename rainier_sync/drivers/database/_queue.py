@@ -608,10 +608,17 @@ class DatabaseQueue(BaseQueue):
         self._wake_local()
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
+        self._put_back(job, delay, "")
+
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        """Due again in ``delay`` seconds, its attempt uncounted."""
+        self._put_back(job, delay, ", attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END")
+
+    def _put_back(self, job: QueuedJob, delay: float, uncount: str) -> None:
         delay = max(0.0, float(delay))
         where, params = self._held([job])
         update = (
-            f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL, available_at = %s "
+            f"UPDATE {JOBS} SET reserved_at = NULL, reserved_until = NULL, token = NULL, available_at = %s{uncount} "
             f"WHERE {where}"
         )
         if self.dialect == POSTGRESQL:

@@ -658,6 +658,10 @@ class RedisQueue(BaseQueue):
         for job in jobs:
             self._put_back(job, 0.0, max(0, job.attempts - 1))
 
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        """Back to the delayed set, due in ``delay`` seconds, its attempt uncounted."""
+        self._put_back(job, delay, max(0, job.attempts - 1))
+
     def _put_back(self, job: QueuedJob, delay: float, attempts: int) -> None:
         receipt = self._receipt(job)
         if receipt is None:
