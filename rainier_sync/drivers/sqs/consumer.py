@@ -22,6 +22,7 @@ from ..base import Consumer, Waker, as_job_list
 from . import wire
 from .client import BATCH, SYSTEM_ATTRIBUTES, Receipt, SqsLink, is_fifo, reaching, stale_receipt
 from .failed import SqsFailedQueue
+from .receipts import Receipts
 
 log = logging.getLogger("rainier_sync")
 
@@ -55,15 +56,7 @@ class SqsConsumer(Consumer):
         self._lock = threading.Lock()
         self.buffer: list[_Held] = []  # messages a long poll brought in that no loop took yet
         self._polling: dict[str, float] = {}  # queue -> when its long poll started (monotonic)
-        self._outstanding: set[str] = set()  # message ids handed out and not settled yet
-        # receipt handle -> when its reservation lapses (monotonic), by our own reckoning
-        self._deadlines: dict[str, float] = {}
-        # receipt handles whose later copy or failed entry went out and whose
-        # delete did not yet: a repeated release() or fail() sends it once
-        self._copied: set[str] = set()
-        # message ids hopped whose original was not deleted yet: it comes back,
-        # and then it is only deleted (its copy went out already)
-        self._hopped: set[str] = set()
+        self.receipts = Receipts()
         self._poll_threads: set[threading.Thread] = set()
         self._poll_error: BaseException | None = None
         self._waiters: set[Waker] = set()
@@ -99,26 +92,11 @@ class SqsConsumer(Consumer):
             # The visibility started when SQS answered, a little before the answer
             # arrived (a long poll waits first); never before the request went out.
             deadline = max(start, at - min(1.0, self.reservation / 10)) + self.reservation
-            with self._lock:
-                for _, _, receipt in received:
-                    self._deadlines[receipt.handle] = deadline
+            self.receipts.received((receipt for _, _, receipt in received), deadline)
         return received
 
     def _lapsed(self, job: QueuedJob) -> bool:
-        """Whether ``job``'s reservation has run out by our reckoning (received
-        plus the visibility timeout, moved on by each extend): SQS may have
-        handed its message to another worker since."""
-        receipt = job.receipt
-        if not isinstance(receipt, Receipt):
-            return False
-        with self._lock:
-            deadline = self._deadlines.get(receipt.handle)
-        return deadline is not None and _clock.monotonic() >= deadline
-
-    def _forget_receipts(self, receipts: Sequence[Receipt]) -> None:
-        with self._lock:
-            for receipt in receipts:
-                self._deadlines.pop(receipt.handle, None)
+        return self.receipts.lapsed(job, _clock.monotonic())
 
     @reaching("receive jobs")
     def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
@@ -129,7 +107,7 @@ class SqsConsumer(Consumer):
             return []
         taken = self._take_held(urls, limit)
         if taken:
-            return self._handed_out(taken)
+            return self.receipts.handed_out(taken)
         with self._lock:
             # A poll running past its wait time is stuck on the network: look beside it.
             fresh = _clock.monotonic() - self.wait_time - 1
@@ -164,22 +142,9 @@ class SqsConsumer(Consumer):
                 ExceptionInfo.from_exception(exc).error,
             )
             self._operation_failed(exc)
-            return self._handed_out(taken)
+            return self.receipts.handed_out(taken)
         # A long poll may have landed a message while we looked.
-        return self._handed_out(taken or self._take_held(urls, limit))
-
-    def _handed_out(self, jobs: list[QueuedJob]) -> list[QueuedJob]:
-        with self._lock:
-            self._outstanding.update(job.receipt.message_id for job in jobs)
-        return jobs
-
-    def _settled(self, jobs: Sequence[QueuedJob]) -> None:
-        with self._lock:
-            for job in jobs:
-                if isinstance(job.receipt, Receipt):
-                    self._outstanding.discard(job.receipt.message_id)
-                    self._deadlines.pop(job.receipt.handle, None)
-                    self._copied.discard(job.receipt.handle)
+        return self.receipts.handed_out(taken or self._take_held(urls, limit))
 
     def _take_held(self, urls: Sequence[tuple[str, str]], limit: int) -> list[QueuedJob]:
         """Jobs from messages a long poll brought in, in queue order."""
@@ -194,8 +159,7 @@ class SqsConsumer(Consumer):
         # Less than half the reservation left (heartbeats renew held messages
         # too): its visibility may lapse while it runs, and SQS hands it out again.
         fresh_until = _clock.monotonic() + self.reservation / 2
-        with self._lock:
-            deadlines = {item[2].handle: self._deadlines.get(item[2].handle) for item in held}
+        deadlines = {item[2].handle: self.receipts.deadline(item[2]) for item in held}
         held.sort(key=lambda item: order.get(item[0], len(order)))
         taken: list[QueuedJob] = []
         for index, item in enumerate(held):
@@ -205,7 +169,7 @@ class SqsConsumer(Consumer):
                 break
             deadline = deadlines[item[2].handle]
             if (item[2].received_at + self.reservation if deadline is None else deadline) < fresh_until:
-                self._forget_receipts([item[2]])
+                self.receipts.forget([item[2]])
                 continue  # held too long: its visibility may lapse, and SQS hands it out again
             job = self._accept_safely(*item)
             if job is not None:
@@ -218,10 +182,10 @@ class SqsConsumer(Consumer):
         try:
             job = self._accept(queue, message, receipt)
             if job is None:
-                self._forget_receipts([receipt])
+                self.receipts.forget([receipt])
             return job
         except Exception as exc:  # noqa: BLE001 - the message stays on SQS; its visibility lapses
-            self._forget_receipts([receipt])
+            self.receipts.forget([receipt])
             info = ExceptionInfo.from_exception(exc)
             log.error("handling message %s from queue %r failed: %s", receipt.message_id, queue, info.error)
             self._operation_failed(exc)
@@ -251,18 +215,14 @@ class SqsConsumer(Consumer):
         """Re-send a job whose delay outlasts SQS's 15 minutes with what is left."""
         receipt: Receipt = job.receipt
         url = receipt.url
-        with self._lock:
-            sent = receipt.message_id in self._hopped
-        if not sent:
+        if not self.receipts.was_hopped(receipt):
             entry = wire.entry(replace(job, receipt=None), url, _clock.now())
             if "DelaySeconds" not in entry:
                 entry["DelaySeconds"] = wire.hop_delay(remaining)
             self.link.client.send_message(QueueUrl=url, **entry)
-            with self._lock:
-                self._hopped.add(receipt.message_id)
+            self.receipts.mark_hopped(receipt)
         self.link.client.delete_message(QueueUrl=url, ReceiptHandle=receipt.handle)
-        with self._lock:
-            self._hopped.discard(receipt.message_id)
+        self.receipts.hop_finished(receipt)
 
     def _discard(self, queue: str, body: str, receipt: Receipt, exc: Exception) -> None:
         info = ExceptionInfo.from_exception(exc)
@@ -301,13 +261,13 @@ class SqsConsumer(Consumer):
     @reaching("delete a finished job")
     def acknowledge(self, job: QueuedJob) -> None:
         self._on_receipt("acknowledge", job, "delete_message")
-        self._settled([job])
+        self.receipts.settled([job])
 
     @reaching("delete finished jobs")
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
         """``DeleteMessageBatch``, ten per call."""
         self.link.receipt_batch("delete_message_batch", jobs, _delete)
-        self._settled(jobs)
+        self.receipts.settled(jobs)
 
     @reaching("release a job")
     def release(self, job: QueuedJob, delay: float = 0) -> None:
@@ -325,20 +285,20 @@ class SqsConsumer(Consumer):
                 job.id,
                 job.name,
             )
-            self._settled([job])
+            self.receipts.settled([job])
             return
         wait = max(0.0, float(delay))
         if wire.one_delay(wait) or is_fifo(receipt.url):
             visibility = min(MAX_VISIBILITY, math.ceil(wait))
             self._on_receipt("release", job, "change_message_visibility", VisibilityTimeout=visibility)
-            self._settled([job])
+            self.receipts.settled([job])
             return
-        if not self._was_copied(receipt):
+        if not self.receipts.was_copied(receipt):
             later = replace(job, receipt=None, available_at=_clock.now() + wait)
             self.link.client.send_message(QueueUrl=receipt.url, **wire.entry(later, receipt.url, _clock.now()))
-            self._mark_copied(receipt)
+            self.receipts.mark_copied(receipt)
         self._on_receipt("release", job, "delete_message")
-        self._settled([job])
+        self.receipts.settled([job])
 
     @reaching("hand jobs back")
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
@@ -365,14 +325,14 @@ class SqsConsumer(Consumer):
                     job.id,
                     job.name,
                 )
-                self._settled([job])
+                self.receipts.settled([job])
                 continue
             (fifo if is_fifo(job.receipt.url) else standard).append(job)
         if standard:
             self._copy_back(standard)
         if fifo:
             self.link.receipt_batch("change_message_visibility_batch", fifo, _visible_now)
-            self._settled(fifo)
+            self.receipts.settled(fifo)
 
     def _copy_back(self, jobs: Sequence[QueuedJob]) -> None:
         """Send each job again with the attempts before its receive, then delete
@@ -382,7 +342,7 @@ class SqsConsumer(Consumer):
         by_url: dict[str, list[tuple[QueuedJob, dict[str, Any]]]] = {}
         for job in jobs:
             receipt: Receipt = job.receipt
-            if not self._was_copied(receipt):
+            if not self.receipts.was_copied(receipt):
                 copy = replace(job, receipt=None, attempts=max(0, job.attempts - 1))
                 by_url.setdefault(receipt.url, []).append((job, wire.entry(copy, receipt.url, now)))
         refused: dict[str, str] = {}
@@ -390,13 +350,14 @@ class SqsConsumer(Consumer):
             for batch in wire.size_batches(items):
                 sent, bad = self.link.send_batch(url, batch)
                 for job in sent:
-                    self._mark_copied(job.receipt)
+                    self.receipts.mark_copied(job.receipt)
                 refused.update(bad)
         if refused:
             # Nothing is deleted until every copy is out; a repeat sends only the missing ones.
-            raise SqsBatchError("SendMessageBatch", [j.id for j in jobs if self._was_copied(j.receipt)], refused)
+            sent_ids = [job.id for job in jobs if self.receipts.was_copied(job.receipt)]
+            raise SqsBatchError("SendMessageBatch", sent_ids, refused)
         self.link.receipt_batch("delete_message_batch", jobs, _delete)
-        self._settled(jobs)
+        self.receipts.settled(jobs)
 
     @reaching("fail a job")
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
@@ -414,23 +375,15 @@ class SqsConsumer(Consumer):
                 job.name,
                 info.error,
             )
-            self._settled([job])
+            self.receipts.settled([job])
             return FailedJob.of(plain, info, failed_at)
-        if not (isinstance(job.receipt, Receipt) and self._was_copied(job.receipt)):
+        if not (isinstance(job.receipt, Receipt) and self.receipts.was_copied(job.receipt)):
             self.failed.store(wire.failed_job_body(plain, info, failed_at))
             if isinstance(job.receipt, Receipt):
-                self._mark_copied(job.receipt)
+                self.receipts.mark_copied(job.receipt)
         self._on_receipt("fail", job, "delete_message")
-        self._settled([job])
+        self.receipts.settled([job])
         return FailedJob.of(plain, info, failed_at)
-
-    def _was_copied(self, receipt: Receipt) -> bool:
-        with self._lock:
-            return receipt.handle in self._copied
-
-    def _mark_copied(self, receipt: Receipt) -> None:
-        with self._lock:
-            self._copied.add(receipt.handle)
 
     @reaching("renew reservations")
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
@@ -454,10 +407,7 @@ class SqsConsumer(Consumer):
             [job for job in targets if not self._lapsed(job)] + held,
             lambda receipt: {"ReceiptHandle": receipt.handle, "VisibilityTimeout": timeout},
         )
-        with self._lock:
-            for job in extended:
-                if job.receipt.handle in self._deadlines:
-                    self._deadlines[job.receipt.handle] = start + timeout
+        self.receipts.renewed(extended, start + timeout)
 
     def reclaim_expired(self) -> int:
         """SQS itself makes a message visible again when its reservation lapses; 0."""
@@ -479,7 +429,7 @@ class SqsConsumer(Consumer):
                 return
             # Only an idle worker long-polls: while its jobs run, one finishing wakes
             # it, and a once worker (which stops when nothing is due) never polls.
-            if self.wait_time > 0 and not self._outstanding and not self._closed:
+            if self.wait_time > 0 and self.receipts.none_out() and not self._closed:
                 for queue, url in urls:
                     if queue not in self._polling:
                         self._polling[queue] = _clock.monotonic()
@@ -534,9 +484,9 @@ class SqsConsumer(Consumer):
             self.give_back(jobs)
             if unreadable:
                 self.link.receipt_batch("change_message_visibility_batch", unreadable, _visible_now)
-                self._settled(unreadable)
+                self.receipts.settled(unreadable)
         except Exception as exc:  # noqa: BLE001 - they become visible when their timeout lapses anyway
-            self._forget_receipts([receipt for _, _, receipt in items])
+            self.receipts.forget([receipt for _, _, receipt in items])
             log.warning("could not hand back %d held message(s): %s", len(items), exc)
 
     def close(self) -> bool:
