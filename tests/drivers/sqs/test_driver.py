@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-import rainier_sync.drivers.sqs.queue as sqs_module
+import rainier_sync.drivers.sqs.wire as sqs_module
 from rainier_sync import QueuedJob, QueueManager, Worker, WorkerOptions, _clock, signals
 from rainier_sync.drivers.base import Waker
 from rainier_sync.drivers.sqs import SqsBatchError, SqsQueue, UnknownQueueError
