@@ -15,3 +15,17 @@ def test_the_script_app_example_runs() -> None:
     assert lines[0] == "thumbnails: uploads/cat.png, uploads/dog.png, uploads/flaky.png, uploads/owl.png"
     assert lines[1].startswith("retried: uploads/flaky.png (ConnectionError: image service timed out)")
     assert lines[2] == "processed 4, released 1, failed 0"
+
+
+def test_the_rate_limited_example_runs_every_job_once_within_the_limit() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "rate_limited.py")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "fetched: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"
+    assert lines[1].startswith("busiest second: ") and lines[1].endswith(" call(s) (the API allows 5)")
+    assert int(lines[1].split()[2]) <= 5
+    deferred = int(lines[2].split()[1])
+    assert deferred > 0 and lines[2].endswith("time(s): rate limit 'profile-api': 5 per 1.2s")
+    assert lines[3] == f"processed 12, deferred {deferred}, failed 0"
