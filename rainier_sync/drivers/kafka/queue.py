@@ -31,65 +31,46 @@ Design, in short (``docs/drivers/kafka.rst`` has the long form):
 from __future__ import annotations
 
 import collections
-import functools
 import heapq
 import itertools
 import logging
-import re
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ... import _clock
-from ...errors import (
-    ConfigurationError,
-    DriverUnavailableError,
-    KafkaQueueError,
-    KafkaUnavailableError,
-    PayloadError,
-)
+from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError, PayloadError
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
-
-try:
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise DriverUnavailableError(
-        "the Kafka driver needs confluent-kafka: pip install 'rainier_sync[kafka]'"
-    ) from error
+from .client import (
+    _DELAYED,
+    _FAILED,
+    _TOPIC_CHARS,
+    TP,
+    Consumer,
+    KafkaClient,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+    _brokers,
+    _code,
+)
 
 __all__ = ["KafkaQueue", "KafkaQueueError", "KafkaUnavailableError"]
 
 log = logging.getLogger("rainier_sync.kafka")
 
-_TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]*$")
-_DELAYED, _FAILED = ".delayed", ".failed"
-
 # Record states.
 _READY, _PARKED, _RUNNING, _WATCHED, _DONE = "ready", "parked", "running", "watched", "done"
 _STUCK = "stuck"  # unreadable and not dead-lettered: never done, so never committed past
-
-TP = tuple[str, int]
 
 #: The owner of every *done* marker: any consumer can check a marker by renewing it.
 _DONE_OWNER = "done"
 #: Seconds after which a commit the broker has not answered no longer holds the next one back.
 _COMMIT_STALE = 30.0
-#: Error codes that mean the broker could not be reached (rather than that it refused).
-_UNREACHABLE = {
-    KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
-    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.LEADER_NOT_AVAILABLE,
-}
-
-
-def _code(exc: BaseException) -> Any:
-    error = exc.args[0] if exc.args else None
-    return error.code() if isinstance(error, KafkaError) else None
 
 
 class _Partition:
@@ -174,23 +155,6 @@ def _check_attempts(job: QueuedJob) -> None:
         )
 
 
-def _brokers(brokers: str | Sequence[str]) -> str:
-    if isinstance(brokers, str):
-        items = [b.strip() for b in brokers.split(",")]
-    elif isinstance(brokers, (list, tuple)):
-        items = [str(b).strip() for b in brokers]
-    else:
-        raise ConfigurationError(f"kafka: brokers must be 'host:port[,host:port...]' or a list, got {brokers!r}")
-    items = [b for b in items if b]
-    if not items:
-        raise ConfigurationError("kafka: brokers is empty; give at least one 'host:port' (KAFKA_BROKERS)")
-    for item in items:
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ConfigurationError(f"kafka: broker {item!r} is not 'host:port'")
-    return ",".join(items)
-
-
 class KafkaQueue(BaseQueue):
     """Jobs on Kafka topics, at least once, with leases in a shared lock store.
 
@@ -270,8 +234,6 @@ class KafkaQueue(BaseQueue):
         self.commit_interval = float(commit_interval)
         #: Seconds an operation waits for the brokers before it raises KafkaUnavailableError.
         self.timeout = float(timeout)
-        #: Topic settings for the job and delay topics the driver creates.
-        self.topic_config = {str(k): str(v) for k, v in (topic_config or {}).items()}
         #: How long a *done* marker lives. The worker renews the markers of its
         #: finished jobs until their commit is confirmed, so a marker outlives the
         #: job's lease and is there when the partition's next owner reads the record.
@@ -284,38 +246,14 @@ class KafkaQueue(BaseQueue):
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
         self._inspect_lock = threading.Lock()
-        # Back off at most 2 s between reconnects (librdkafka: 10 s), so workers
-        # pick up again soon after a broker restart.
-        base: dict[str, Any] = {"bootstrap.servers": self.brokers, "logger": log, "reconnect.backoff.max.ms": 2000}
-        self._producer_config: dict[str, Any] = {
-            **base,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            # A record is delivered or failed for good before push returns: no
-            # late delivery of a job the caller was told was refused.
-            "message.timeout.ms": int(self.timeout * 1000),
-            **dict(producer_config or {}),
-        }
-        self._flush_timeout = float(self._producer_config["message.timeout.ms"]) / 1000 + 1
-        self._consumer_config: dict[str, Any] = {
-            **base,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1500,
-            "max.poll.interval.ms": max(300_000, int(self.lease * 2000)),
-            "fetch.wait.max.ms": 50,
-            "allow.auto.create.topics": False,
-            **dict(consumer_config or {}),
-            "on_commit": self._on_commit,
-        }
-        self._producer = Producer(self._producer_config)
-        self._admin = AdminClient(dict(base))
+        self._client = KafkaClient(
+            self.brokers, group=group, topic_prefix=topic_prefix, lease=self.lease, partitions=partitions,
+            timeout=self.timeout, topic_config=topic_config, producer_config=producer_config,
+            consumer_config=consumer_config,
+        )
+        self._consumer_config: dict[str, Any] = {**self._client.consumer_config, "on_commit": self._on_commit}
         self._consumer: Consumer | None = None
         self._inspector: Consumer | None = None
-        self._topics: set[str] = set()
         self._queues: set[str] = set()
         self._assigned = threading.Event()
         self._unassigned_since: float | None = None  # subscribed, or every partition taken away, and none assigned
@@ -340,27 +278,34 @@ class KafkaQueue(BaseQueue):
     def describe(self) -> str:
         return f"kafka {self.brokers} group={self.group} prefix={self.topic_prefix}"
 
+    @property
+    def connection(self) -> str:
+        return self._client.connection
+
+    @connection.setter
+    def connection(self, name: str) -> None:
+        self._client.connection = name
+
+    @property
+    def topic_config(self) -> dict[str, str]:
+        """Topic settings for the job and delay topics the driver creates."""
+        return self._client.topic_config
+
+    @property
+    def _producer(self) -> Any:
+        return self._client.producer
+
+    @_producer.setter
+    def _producer(self, producer: Any) -> None:
+        self._client.producer = producer
+
     def _unavailable(self, what: str, detail: object = "") -> KafkaUnavailableError:
-        tail = f": {detail}" if detail else ""
-        return KafkaUnavailableError(
-            f"kafka connection {self.connection!r} (brokers {self.brokers}): {what}{tail}"
-        )
+        return self._client.unavailable(what, detail)
 
     # -- names -------------------------------------------------------------------------
     def topic(self, queue: str) -> str:
         """The topic of ``queue``'s due jobs."""
-        if not queue or not _TOPIC_CHARS.match(queue) or len(self.topic_prefix + queue) > 240:
-            raise PayloadError(
-                f"queue name {queue!r} cannot be a Kafka topic: use letters, digits, '.', '_' and '-' (240 at most)"
-            )
-        return self.topic_prefix + queue
-
-    def _queue_of(self, topic: str) -> tuple[str, str]:
-        name = topic[len(self.topic_prefix):]
-        for suffix in (_DELAYED, _FAILED):
-            if name.endswith(suffix):
-                return name[: -len(suffix)], suffix
-        return name, ""
+        return self._client.topic(queue)
 
     def _lease_key(self, job: QueuedJob) -> str:
         return f"kafka:{self.group}:{self.topic_prefix}:lease:{job.id}:{job.attempts}:{int(job.available_at * 1000)}"
@@ -370,93 +315,15 @@ class KafkaQueue(BaseQueue):
 
     # -- topics ------------------------------------------------------------------------
     def _ensure_topics(self, names: Iterable[str]) -> None:
-        missing = [n for n in names if n not in self._topics]
-        if not missing:
-            return
-        existing = set(self._metadata().topics)
-        create = [n for n in missing if n not in existing]
-        if create:
-            futures = self._admin.create_topics(
-                [self._new_topic(n) for n in create],
-                operation_timeout=self.timeout,
-                request_timeout=self.timeout,
-            )
-            for name, future in futures.items():
-                try:
-                    future.result()
-                except KafkaException as exc:
-                    if _code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
-                        continue
-                    if _code(exc) in _UNREACHABLE:
-                        raise self._unavailable(f"could not create topic {name!r}", exc) from exc
-                    raise KafkaQueueError(f"kafka: could not create topic {name!r}: {exc}") from exc
-        self._topics.update(missing)
+        self._client.ensure_topics(names)
 
-    def _metadata(self) -> Any:
-        """The cluster's metadata, or KafkaUnavailableError after ``timeout``."""
-        try:
-            return self._admin.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise self._unavailable(f"no answer within {self.timeout:g}s", exc) from exc
-
-    def _new_topic(self, name: str) -> NewTopic:
-        if name.endswith(_FAILED):
-            # One partition keeps the ledger in one order; compaction keeps the
-            # latest entry per job id and lets a broker drop forgotten ones.
-            return NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})
-        return NewTopic(name, self.partitions, 1, config=dict(self.topic_config))
-
-    def _list_topics(self) -> list[str]:
-        return [t for t in self._metadata().topics if t.startswith(self.topic_prefix)]
-
-    # -- producing -----------------------------------------------------------------------
     def _produce(self, records: Sequence[tuple[str, str, bytes | None]], acked: set[int] | None = None) -> None:
-        """Write ``(topic, key, value)`` records; returns once every one is
-        acknowledged by the broker (acks=all), else raises naming how many failed.
-        ``acked`` collects the indexes of the records the broker acknowledged."""
-        self._ensure_topics({t for t, _, _ in records})
-        failures: list[str] = []
-        unreachable = [0]
-        pending = [len(records)]
-        expect = self._expect
-
-        def delivered(index: int, err: Any, msg: Message) -> None:
-            pending[0] -= 1
-            if err is not None:
-                failures.append(f"{msg.topic()} key={msg.key()!r}: {err}")
-                if isinstance(err, KafkaError) and err.code() in _UNREACHABLE:
-                    unreachable[0] += 1
-            else:
-                if acked is not None:
-                    acked.add(index)
-                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-                if topic is not None and partition is not None and offset is not None:
-                    expect.note((topic, partition), offset)
-
-        producer = self._producer
-        for index, (topic, key, value) in enumerate(records):
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key.encode(),
-                                     on_delivery=functools.partial(delivered, index))
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        left = producer.flush(self._flush_timeout)
-        if left or pending[0] > 0:
-            raise self._unavailable(
-                f"{pending[0]} record(s) not acknowledged by the broker within {self._flush_timeout:g}s"
-            )
-        if failures and unreachable[0] == len(failures):
-            raise self._unavailable(f"{len(failures)} record(s) not delivered", failures[0])
-        if failures:
-            raise KafkaQueueError(f"kafka: {len(failures)} record(s) refused: {failures[0]}")
+        """Write ``(topic, key, value)`` records (see :meth:`KafkaClient.produce`);
+        where they land, this consumer expects to read them."""
+        self._client.produce(records, acked, self._expect.note)
 
     def _job_record(self, job: QueuedJob, now: float) -> tuple[str, str, bytes]:
-        topic = self.topic(job.queue)
-        if job.available_at > now:
-            topic += _DELAYED
-        return topic, job.id, job.encode().encode()
+        return self._client.job_record(job, now)
 
     def push(self, job: QueuedJob) -> str:
         self.push_many([job])
@@ -504,7 +371,7 @@ class KafkaQueue(BaseQueue):
     def _check_reachable(self) -> None:
         """The consumer said every broker is down, ``timeout`` ago: raise unless metadata comes back now."""
         try:
-            self._admin.list_topics(timeout=min(self.timeout, 5.0))
+            self._client.admin.list_topics(timeout=min(self.timeout, 5.0))
         except KafkaException as exc:
             self._down_since = _clock.monotonic() - self.timeout + min(self.timeout, 5.0)
             raise self._unavailable(f"every broker has been down for {self.timeout:g}s or more", exc) from exc
@@ -638,7 +505,7 @@ class KafkaQueue(BaseQueue):
         if part is None:
             return  # a partition already revoked
         part.read_to = offset + 1
-        queue, kind = self._queue_of(topic)
+        queue, kind = self._client.queue_of(topic)
         value = msg.value()
         try:
             if value is None:
@@ -773,7 +640,7 @@ class KafkaQueue(BaseQueue):
                 if part is not None:
                     del self._expect.offsets[tp]
                 continue
-            if not self._ready.get(self._queue_of(tp[0])[0]):
+            if not self._ready.get(self._client.queue_of(tp[0])[0]):
                 return True
         return False
 
@@ -1180,7 +1047,7 @@ class KafkaQueue(BaseQueue):
             return []
         with self._inspect_lock:
             consumer = self._inspect()
-            metadata = self._metadata()
+            metadata = self._client.metadata()
             ends: dict[TP, int] = {}
             assignment = []
             try:
@@ -1234,7 +1101,7 @@ class KafkaQueue(BaseQueue):
             return out
 
     def _failed_topics(self) -> list[str]:
-        return [t for t in self._list_topics() if t.endswith(_FAILED)]
+        return [t for t in self._client.list_topics() if t.endswith(_FAILED)]
 
     def _failed_state(self) -> dict[str, tuple[FailedJob, dict[str, Any], str]]:
         """id -> (failed job, its stored body, its topic), tombstones applied."""
@@ -1303,7 +1170,7 @@ class KafkaQueue(BaseQueue):
         with self._lock:
             if self._consumer is not None:
                 self._commit(self._consumer, force=True)
-        metadata = self._metadata()
+        metadata = self._client.metadata()
         tps = [TopicPartition(t, p) for t in topics if t in metadata.topics for p in metadata.topics[t].partitions]
         if not tps:
             return 0
@@ -1336,7 +1203,7 @@ class KafkaQueue(BaseQueue):
         return QueueCounts(ready=self._lag([main]), delayed=self._lag([main + _DELAYED]))
 
     def queue_names(self) -> list[str]:
-        names = {self._queue_of(t)[0] for t in self._list_topics()}
+        names = {self._client.queue_of(t)[0] for t in self._client.list_topics()}
         return sorted(n for n in names if n)
 
     def close(self) -> None:
