@@ -36,11 +36,11 @@ import itertools
 import logging
 import threading
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ... import _clock
-from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError, PayloadError
+from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
 from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
@@ -58,101 +58,29 @@ from .client import (
     _brokers,
     _code,
 )
+from .partitions import _Partition
+from .records import (
+    _DONE,
+    _PARKED,
+    _READY,
+    _RUNNING,
+    _WATCHED,
+    _Expect,
+    _Receipt,
+    _Record,
+    dead_letter,
+    read_job,
+    stuck_record,
+)
 
 __all__ = ["KafkaQueue", "KafkaQueueError", "KafkaUnavailableError"]
 
 log = logging.getLogger("rainier_sync.kafka")
 
-# Record states.
-_READY, _PARKED, _RUNNING, _WATCHED, _DONE = "ready", "parked", "running", "watched", "done"
-_STUCK = "stuck"  # unreadable and not dead-lettered: never done, so never committed past
-
 #: The owner of every *done* marker: any consumer can check a marker by renewing it.
 _DONE_OWNER = "done"
 #: Seconds after which a commit the broker has not answered no longer holds the next one back.
 _COMMIT_STALE = 30.0
-
-
-class _Partition:
-    """What one consumer knows about one assigned partition, for one assignment."""
-
-    __slots__ = ("tp", "records", "settled", "read_to", "committed", "suspect_to")
-
-    def __init__(self, tp: TP) -> None:
-        self.tp = tp
-        self.records: collections.deque[_Record] = collections.deque()
-        #: Done records below the commit point, kept until the broker confirms a commit past them.
-        self.settled: collections.deque[_Record] = collections.deque()
-        self.read_to = -1  # offset after the last record read
-        self.committed = -1  # as confirmed by the broker
-        #: Records below this offset may have run under an earlier owner: their done
-        #: markers are checked even when their leases are free (until the end offset is known: all).
-        self.suspect_to = 1 << 62
-
-    def commit_point(self) -> int:
-        """The offset below which every record read is done (-1: nothing read)."""
-        records = self.records
-        while records and records[0].state == _DONE:
-            self.settled.append(records.popleft())
-        return records[0].offset if records else self.read_to
-
-    def confirm(self, offset: int) -> None:
-        """The broker confirmed a commit of ``offset``."""
-        if offset > self.committed:
-            self.committed = offset
-        settled = self.settled
-        while settled and settled[0].offset < offset:
-            settled.popleft()
-
-    def finished(self) -> list[_Record]:
-        """Jobs run here and done, whose commit is not confirmed."""
-        return [r for r in itertools.chain(self.settled, self.records) if r.state == _DONE and r.handouts]
-
-
-@dataclass(eq=False)
-class _Record:
-    part: _Partition
-    offset: int
-    queue: str
-    job: QueuedJob  # as on the wire: ``attempts`` counts attempts before this record
-    state: str = _READY
-    handouts: int = 0
-    lapsed: int = 0  # leases found lapsed: attempts whose worker died
-    owner: str = ""
-    lease_until: float = 0.0
-    parked_since: float = 0.0
-    next_check: float = 0.0
-    key: str = ""
-    marked: bool = False  # its done marker is written
-    marked_at: float = 0.0  # when the marker was written or last renewed (_clock.now, as leases)
-
-    def __lt__(self, other: _Record) -> bool:  # heap tie-break
-        return self.offset < other.offset
-
-
-@dataclass(frozen=True)
-class _Receipt:
-    record: _Record
-    handout: int
-
-
-@dataclass
-class _Expect:
-    offsets: dict[TP, int] = field(default_factory=dict)
-
-    def note(self, tp: TP, offset: int) -> None:
-        if offset > self.offsets.get(tp, -1):
-            self.offsets[tp] = offset
-
-
-def _check_attempts(job: QueuedJob) -> None:
-    """Refuse an envelope whose attempt counts no dispatch or retry could have written."""
-    if job.max_attempts < 1:
-        raise PayloadError(f"job {job.name!r} ({job.id}): max_attempts {job.max_attempts} is below 1")
-    if not 0 <= job.attempts <= job.max_attempts:
-        raise PayloadError(
-            f"job {job.name!r} ({job.id}): attempts {job.attempts} is outside 0..max_attempts ({job.max_attempts})"
-        )
 
 
 class KafkaQueue(BaseQueue):
@@ -508,17 +436,12 @@ class KafkaQueue(BaseQueue):
         queue, kind = self._client.queue_of(topic)
         value = msg.value()
         try:
-            if value is None:
-                raise PayloadError("a record with no value (a tombstone) is not a job")
-            job = QueuedJob.decode(value, connection=self.connection)
-            _check_attempts(job)
+            job = read_job(value, self.connection)
             key = self._lease_key(job)
         except Exception as exc:  # noqa: BLE001 - whatever fails to read, this record alone is set aside
             if not self._discard(topic, partition, offset, queue, value, exc):
-                # Not dead-lettered: hold the partition's commit here, so the
-                # record is read (and discarded) again after a restart or rebalance.
-                stuck = QueuedJob(id=f"unreadable-{topic}-{partition}-{offset}", name="", queue=queue, payload={})
-                part.records.append(_Record(part, offset, queue, stuck, state=_STUCK))
+                # Not dead-lettered: hold the partition's commit here.
+                part.records.append(stuck_record(part, offset, queue))
             return
         record = _Record(part, offset, queue, job, key=key)
         part.records.append(record)
@@ -545,38 +468,12 @@ class KafkaQueue(BaseQueue):
                  exc: Exception) -> bool:
         """A record that cannot be read as a job: announce it, dead-letter it, move on.
         False when the dead-letter topic refused it."""
-        raw = value.decode("utf-8", "replace") if value is not None else None
-        info = ExceptionInfo.from_exception(exc)
-        log.error("kafka: discarding unreadable record %s[%d]@%d: %s", topic, partition, offset, info.error)
-        self.announce_discarded(info, raw)
-        failed: dict[str, Any] = {
-            "id": f"unreadable-{topic}-{partition}-{offset}",
-            "name": "",
-            "queue": queue,
-            "payload": {},
-            "error": info.error,
-            "exception": info.to_dict(),
-            "failed_at": _clock.now(),
-            "raw": raw,
-            "source": [topic, partition, offset],
-        }
-        try:
+
+        def store(failed: dict[str, Any]) -> None:
             self._produce([(self.topic(queue) + _FAILED, str(failed["id"]), encode({"failed": failed}).encode())])
-            return True
-        except KafkaUnavailableError as produce_error:
-            log.error("kafka: could not dead-letter %s[%d]@%d: %s", topic, partition, offset, produce_error)
-            return False
-        except Exception as produce_error:  # noqa: BLE001 - refused (too large?): try once without the raw text
-            log.warning("kafka: dead letter of %s[%d]@%d refused (%s); storing it without its raw value",
-                        topic, partition, offset, produce_error)
-        failed["raw"] = None
-        failed["raw_dropped"] = f"{len(value or b'')} bytes, refused by the broker inside a dead letter"
-        try:
-            self._produce([(self.topic(queue) + _FAILED, str(failed["id"]), encode({"failed": failed}).encode())])
-        except Exception as produce_error:  # noqa: BLE001 - never lose it: the caller holds the commit back
-            log.error("kafka: could not dead-letter %s[%d]@%d: %s", topic, partition, offset, produce_error)
-            return False
-        return True
+
+        return dead_letter((topic, partition, offset), queue, value, exc, announce=self.announce_discarded,
+                           store=store)
 
     def _pull(self, consumer: Consumer, wait: float) -> int:
         """Read what the consumer has (waiting up to ``wait`` for the first record),
