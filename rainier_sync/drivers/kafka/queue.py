@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ... import _clock
 from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError
 from ...locks.base import LockStore
-from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
+from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, encode
 from ..base import BaseQueue, Capabilities, QueueDriver, Waker, as_job_list
 from .client import (
     _DELAYED,
@@ -58,6 +58,7 @@ from .client import (
     _brokers,
     _code,
 )
+from .failed import KafkaFailedStore, TopicReader
 from .partitions import _Partition
 from .records import (
     _DONE,
@@ -173,7 +174,6 @@ class KafkaQueue(BaseQueue):
         self._token = uuid.uuid4().hex[:12]
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
-        self._inspect_lock = threading.Lock()
         self._client = KafkaClient(
             self.brokers, group=group, topic_prefix=topic_prefix, lease=self.lease, partitions=partitions,
             timeout=self.timeout, topic_config=topic_config, producer_config=producer_config,
@@ -181,7 +181,8 @@ class KafkaQueue(BaseQueue):
         )
         self._consumer_config: dict[str, Any] = {**self._client.consumer_config, "on_commit": self._on_commit}
         self._consumer: Consumer | None = None
-        self._inspector: Consumer | None = None
+        self._reader = TopicReader(self._client)
+        self._failed = KafkaFailedStore(self._client, self._reader, self._produce)
         self._queues: set[str] = set()
         self._assigned = threading.Event()
         self._unassigned_since: float | None = None  # subscribed, or every partition taken away, and none assigned
@@ -926,163 +927,36 @@ class KafkaQueue(BaseQueue):
 
     # -- the failed store -------------------------------------------------------------------------------
     def _inspect(self) -> Consumer:
-        if self._inspector is None:
-            config = {k: v for k, v in self._consumer_config.items() if k != "on_commit"}
-            config["enable.auto.commit"] = False
-            # A listing reads a whole topic: let the broker gather a full fetch. (A
-            # broker slow to read its storage, such as tansu on S3, can answer every
-            # 50 ms fetch empty.)
-            config["fetch.wait.max.ms"] = max(500, int(config.get("fetch.wait.max.ms", 0)))
-            self._inspector = Consumer(config)
-        return self._inspector
+        return self._reader.inspector()
+
+    @property
+    def _inspect_lock(self) -> threading.Lock:
+        return self._reader.lock
 
     def _read_topics(self, topics: Sequence[str]) -> list[Message]:
-        """Every record of ``topics`` up to the end offsets they had when the read
-        began, in log order per partition (no group join, no commit). Raises
-        KafkaUnavailableError when those ends are not reached within ``timeout``."""
-        if not topics:
-            return []
-        with self._inspect_lock:
-            consumer = self._inspect()
-            metadata = self._client.metadata()
-            ends: dict[TP, int] = {}
-            assignment = []
-            try:
-                for topic in topics:
-                    meta = metadata.topics.get(topic)
-                    if meta is None:
-                        continue
-                    for partition in meta.partitions:
-                        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                                   timeout=self.timeout, cached=False)
-                        if high > low:
-                            ends[(topic, partition)] = high
-                            assignment.append(TopicPartition(topic, partition, low))
-            except KafkaException as exc:
-                raise self._unavailable(f"could not read the end offsets of {', '.join(topics)}", exc) from exc
-            if not assignment:
-                return []
-            consumer.assign(assignment)
-            out: list[Message] = []
-            reached: dict[TP, int] = {}
-            errors: list[str] = []
-            try:
-                want = dict(ends)
-                deadline = _clock.monotonic() + self.timeout
-                while want:
-                    left = deadline - _clock.monotonic()
-                    if left <= 0:
-                        short = ", ".join(f"{t}[{p}] read to {reached.get((t, p), 0)} of {end}"
-                                          for (t, p), end in sorted(want.items()))
-                        raise self._unavailable(
-                            f"reading {', '.join(topics)} did not reach the end offsets seen when it began within "
-                            f"{self.timeout:g}s ({short})", errors[-1] if errors else "")
-                    for m in consumer.consume(1000, timeout=min(0.2, left)):
-                        err = m.error()
-                        if err is not None:
-                            if err.code() != KafkaError._PARTITION_EOF:
-                                errors.append(str(err))
-                            continue
-                        out.append(m)
-                        tp = (m.topic() or "", m.partition() or 0)
-                        offset = m.offset()
-                        if offset is None:
-                            continue
-                        reached[tp] = offset + 1
-                        if tp in want and offset + 1 >= want[tp]:
-                            del want[tp]
-                # tansu's high watermark can stop short of a batch's last records: take what arrived with it
-                out.extend(m for m in consumer.consume(1000, timeout=0) if m.error() is None)
-            finally:
-                consumer.unassign()
-            return out
-
-    def _failed_topics(self) -> list[str]:
-        return [t for t in self._client.list_topics() if t.endswith(_FAILED)]
-
-    def _failed_state(self) -> dict[str, tuple[FailedJob, dict[str, Any], str]]:
-        """id -> (failed job, its stored body, its topic), tombstones applied."""
-        state: dict[str, tuple[FailedJob, dict[str, Any], str]] = {}
-        for msg in self._read_topics(self._failed_topics()):
-            key = (msg.key() or b"").decode("utf-8", "replace")
-            value = msg.value()
-            topic = msg.topic() or ""
-            if value is None:
-                state.pop(key, None)
-                continue
-            try:
-                body = decode(value)["failed"]
-                info = ExceptionInfo.from_dict(body.get("exception"))
-                failed = FailedJob(
-                    id=str(body["id"]), name=str(body.get("name", "")), queue=str(body.get("queue", "")),
-                    connection=self.connection, payload=dict(body.get("payload") or {}),
-                    error=str(body.get("error", info.error)), exception=info,
-                    failed_at=float(body.get("failed_at", 0.0)), attempts=int(body.get("attempts", 0)),
-                    max_attempts=int(body.get("max_attempts", 1)),
-                )
-                if isinstance(body.get("job"), dict):
-                    failed.job = QueuedJob.from_wire(body["job"], connection=self.connection)
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                log.warning("kafka: unreadable dead letter in %s: %s", topic, exc)
-                continue
-            state.pop(failed.id, None)
-            state[failed.id] = (failed, body, topic)
-        return state
+        return self._reader.read_topics(topics)
 
     def failed_job(self, id: str) -> FailedJob | None:
-        entry = self._failed_state().get(id)
-        return entry[0] if entry is not None else None
+        return self._failed.failed_job(id)
 
     def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
-        entries = [f for f, _, _ in self._failed_state().values()]
-        entries.sort(key=lambda f: f.failed_at, reverse=True)
-        return entries[:limit]
+        return self._failed.failed_jobs(limit)
 
     def failed_count(self) -> int:
-        return len(self._failed_state())
+        return self._failed.failed_count()
 
     def retry_failed(self, id: str) -> bool:
-        entry = self._failed_state().get(id)
-        if entry is None:
-            return False
-        failed, body, topic = entry
-        now = _clock.now()
-        if failed.job is not None:
-            job = replace(failed.job, attempts=0, available_at=now, receipt=None)
-            self._produce([self._job_record(job, now)])
-        elif body.get("raw") is not None and body.get("source"):
-            self._produce([(str(body["source"][0]), id, str(body["raw"]).encode())])
-        self._produce([(topic, id, None)])
-        return True
+        return self._failed.retry_failed(id)
 
     def forget_failed(self, id: str) -> bool:
-        entry = self._failed_state().get(id)
-        if entry is None:
-            return False
-        self._produce([(entry[2], id, None)])
-        return True
+        return self._failed.forget_failed(id)
 
     # -- inspection ---------------------------------------------------------------------------------------
     def _lag(self, topics: Sequence[str]) -> int:
         with self._lock:
             if self._consumer is not None:
                 self._commit(self._consumer, force=True)
-        metadata = self._client.metadata()
-        tps = [TopicPartition(t, p) for t in topics if t in metadata.topics for p in metadata.topics[t].partitions]
-        if not tps:
-            return 0
-        with self._inspect_lock:
-            consumer = self._inspect()
-            total = 0
-            try:
-                for tp in consumer.committed(tps, timeout=self.timeout):
-                    low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
-                                                               timeout=self.timeout, cached=False)
-                    start = tp.offset if tp.offset >= 0 else low
-                    total += max(0, high - start)
-            except KafkaException as exc:
-                raise self._unavailable(f"could not read the offsets of {', '.join(topics)}", exc) from exc
-            return total
+        return self._reader.lag(topics)
 
     def size(self, queue: str | None = None) -> int:
         """Records not yet committed by the group (due, delayed and running).
@@ -1125,8 +999,5 @@ class KafkaQueue(BaseQueue):
                 except Exception as exc:  # noqa: BLE001 - closing must not raise
                     log.warning("kafka: closing the consumer: %s", exc)
             self._producer.flush(10)
-        with self._inspect_lock:
-            if self._inspector is not None:
-                self._inspector.close()
-                self._inspector = None
+        self._reader.close()
 
