@@ -76,7 +76,7 @@ class KafkaConsumer(PartitionBook):
     def _lease_key(self, job: QueuedJob) -> str:
         return f"kafka:{self.group}:{self.topic_prefix}:lease:{job.id}:{job.attempts}:{int(job.available_at * 1000)}"
 
-    def _produce(self, records: Sequence[tuple[str, str, bytes | None]], acked: set[int] | None = None) -> None:
+    def produce(self, records: Sequence[tuple[str, str, bytes | None]], acked: set[int] | None = None) -> None:
         """Write ``(topic, key, value)`` records (see :meth:`KafkaClient.produce`);
         where they land, this consumer expects to read them."""
         self._client.produce(records, acked, self._expect.note)
@@ -228,7 +228,7 @@ class KafkaConsumer(PartitionBook):
 
         def store(failed: dict[str, Any]) -> None:
             dead = self._client.topic(queue) + _FAILED
-            self._produce([(dead, str(failed["id"]), encode({"failed": failed}).encode())])
+            self.produce([(dead, str(failed["id"]), encode({"failed": failed}).encode())])
 
         return dead_letter((topic, partition, offset), queue, value, exc, announce=self._announce,
                            store=store)

@@ -26,11 +26,17 @@ Design, in short (``docs/drivers/kafka.rst`` has the long form):
 - The next owner of a partition checks the done marker of a record whose
   lease it could not take, and of one it took that may have run before
   (below the end offset the partition had when it was assigned).
+
+The parts, none of which imports this module: ``client`` (names, the
+confluent_kafka clients, unreachable-broker errors), ``records`` (records,
+receipts, unreadable records), ``partitions`` (per-partition bookkeeping,
+commits, done markers), ``consumer`` (the group consumer and its buffers),
+``session`` (handing out and settling) and ``failed`` (the failed store and
+out-of-group reads). :class:`KafkaQueue` composes them.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -51,8 +57,6 @@ from .failed import KafkaFailedStore, TopicReader
 from .session import KafkaSession
 
 __all__ = ["KafkaQueue", "KafkaQueueError", "KafkaUnavailableError"]
-
-log = logging.getLogger("rainier_sync.kafka")
 
 class KafkaQueue(BaseQueue):
     """Jobs on Kafka topics, at least once, with leases in a shared lock store.
@@ -172,9 +176,6 @@ class KafkaQueue(BaseQueue):
     def _producer(self, producer: Any) -> None:
         self._client.producer = producer
 
-    def _unavailable(self, what: str, detail: object = "") -> KafkaUnavailableError:
-        return self._client.unavailable(what, detail)
-
     # -- names -------------------------------------------------------------------------
     def topic(self, queue: str) -> str:
         """The topic of ``queue``'s due jobs."""
@@ -187,7 +188,7 @@ class KafkaQueue(BaseQueue):
     def _produce(self, records: Sequence[tuple[str, str, bytes | None]], acked: set[int] | None = None) -> None:
         """Write ``(topic, key, value)`` records (see :meth:`KafkaClient.produce`);
         where they land, this consumer expects to read them."""
-        self._session._produce(records, acked)
+        self._session.produce(records, acked)
 
     def _job_record(self, job: QueuedJob, now: float) -> tuple[str, str, bytes]:
         return self._client.job_record(job, now)

@@ -171,7 +171,7 @@ class KafkaSession(KafkaConsumer, base.Consumer):
         if cycle:
             acked: set[int] = set()
             try:
-                self._produce([(r.part.tp[0], r.job.id, r.job.encode().encode()) for r in cycle], acked)
+                self.produce([(r.part.tp[0], r.job.id, r.job.encode().encode()) for r in cycle], acked)
             finally:
                 # Only the copies on the broker replace their records: one re-produced
                 # again next time would be a second copy, run twice.
@@ -241,7 +241,7 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                 back.append(record)
                 copies.append((self._client.topic(job.queue), job.id, again.encode().encode()))
             if copies:
-                self._produce(copies)
+                self.produce(copies)
                 self._finish(back)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
@@ -256,7 +256,7 @@ class KafkaSession(KafkaConsumer, base.Consumer):
             delay = max(0.0, float(delay))
             again = replace(record.job, attempts=job.attempts, available_at=_clock.now() + delay, receipt=None)
             topic = self._client.topic(job.queue) + (_DELAYED if delay > 0 else "")
-            self._produce([(topic, job.id, again.encode().encode())])
+            self.produce([(topic, job.id, again.encode().encode())])
             self._finish([record])
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
@@ -277,7 +277,7 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                     record.state = _DONE
                 log.warning("kafka: job %s lost its lease before it failed; not dead-lettered", job.id)
                 return failed
-            self._produce([(self._client.topic(job.queue) + _FAILED, job.id, encode({"failed": body}).encode())])
+            self.produce([(self._client.topic(job.queue) + _FAILED, job.id, encode({"failed": body}).encode())])
             if record is not None:
                 self._finish([record])
             return failed
