@@ -287,7 +287,10 @@ class Executor:
             else:  # this driver cannot hand a job back uncounted: the cut-short attempt is spent
                 driver.release(completion.job, 0)
         elif completion.outcome is DEFERRED:
-            driver.defer(completion.job, completion.delay)
+            if driver.capabilities.give_back:
+                driver.defer(completion.job, completion.delay)
+            else:  # this driver cannot put a job back uncounted: the deferral spends the try
+                driver.release(completion.job, completion.delay)
         elif completion.outcome is SKIPPED:
             driver.acknowledge(completion.job)
         elif completion.outcome is RELEASED or completion.outcome is ABANDONED:

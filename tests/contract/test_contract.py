@@ -391,7 +391,8 @@ def test_acknowledge_and_reserve_settles_and_claims_in_one_call(q: BaseQueue) ->
     assert len(done) == 2
     rest = q.acknowledge_and_reserve(done, ["default"], 5)
     rest += reserve_all(q, ["default"], 5 - len(rest))
-    assert [j.id for j in rest] == [jobs[2].id] or sorted(j.id for j in rest) == [jobs[2].id]
+    # Some drivers (Kafka's partitions) keep no order across the whole queue.
+    assert sorted(j.id for j in done + rest) == sorted(j.id for j in jobs) and len(rest) == 1
     q.acknowledge(rest[0])
     assert q.size("default") == 0
 

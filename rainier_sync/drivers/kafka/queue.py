@@ -222,6 +222,9 @@ class KafkaQueue(BaseQueue):
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         self._session.release(job, delay)
 
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        self._session.defer(job, delay)
+
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         return self._session.fail(job, error)
 

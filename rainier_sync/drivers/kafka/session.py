@@ -245,6 +245,13 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                 self._finish(back)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
+        self._put_back(job, delay, job.attempts)
+
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        """Produced again due in ``delay`` seconds, its attempt uncounted."""
+        self._put_back(job, delay, max(0, job.attempts - 1))
+
+    def _put_back(self, job: QueuedJob, delay: float, attempts: int) -> None:
         with self._lock:
             record = self._holding(job)
             if record is None:
@@ -254,7 +261,7 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                 log.warning("kafka: job %s lost its lease before its release; its partition's owner runs it", job.id)
                 return
             delay = max(0.0, float(delay))
-            again = replace(record.job, attempts=job.attempts, available_at=_clock.now() + delay, receipt=None)
+            again = replace(record.job, attempts=attempts, available_at=_clock.now() + delay, receipt=None)
             topic = self._client.topic(job.queue) + (_DELAYED if delay > 0 else "")
             self.produce([(topic, job.id, again.encode().encode())])
             self._finish([record])

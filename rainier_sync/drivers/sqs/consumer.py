@@ -334,16 +334,38 @@ class SqsConsumer(Consumer):
             self.link.receipt_batch("change_message_visibility_batch", fifo, _visible_now)
             self.receipts.settled(fifo)
 
-    def _copy_back(self, jobs: Sequence[QueuedJob]) -> None:
-        """Send each job again with the attempts before its receive, then delete
-        the received messages (copies first: a crash between the two leaves a
-        job twice, never nowhere)."""
+    @reaching("defer a job")
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        """Send the job again, due in ``delay`` seconds with the attempts before
+        this receive, then delete the received message. A FIFO queue cannot take
+        a delayed copy: there the message is released and the receive counts."""
+        if not isinstance(job.receipt, Receipt):
+            return
+        if is_fifo(job.receipt.url):
+            self.release(job, delay)
+            return
+        if self._lapsed(job):
+            log.warning(
+                "job %s (%s) not deferred: its reservation lapsed, so SQS delivers it again and that "
+                "receive counts as an attempt",
+                job.id,
+                job.name,
+            )
+            self.receipts.settled([job])
+            return
+        self._copy_back([job], max(0.0, float(delay)))
+
+    def _copy_back(self, jobs: Sequence[QueuedJob], delay: float = 0.0) -> None:
+        """Send each job again with the attempts before its receive (due in
+        ``delay`` seconds), then delete the received messages (copies first: a
+        crash between the two leaves a job twice, never nowhere)."""
         now = _clock.now()
         by_url: dict[str, list[tuple[QueuedJob, dict[str, Any]]]] = {}
         for job in jobs:
             receipt: Receipt = job.receipt
             if not self.receipts.was_copied(receipt):
-                copy = replace(job, receipt=None, attempts=max(0, job.attempts - 1))
+                due = now + delay if delay > 0 else job.available_at
+                copy = replace(job, receipt=None, attempts=max(0, job.attempts - 1), available_at=due)
                 by_url.setdefault(receipt.url, []).append((job, wire.entry(copy, receipt.url, now)))
         refused: dict[str, str] = {}
         for url, items in by_url.items():

@@ -232,6 +232,9 @@ class SqsQueue(BaseQueue):
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
         self.consumer.give_back(jobs)
 
+    def defer(self, job: QueuedJob, delay: float) -> None:
+        self.consumer.defer(job, delay)
+
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         return self.consumer.fail(job, error)
 
