@@ -20,10 +20,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .. import _clock, signals
-from ..errors import ConfigurationError, QueueUnavailableError
+from ..errors import ConfigurationError
 from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
-from ..types import ExceptionInfo, QueuedJob
+from ..types import QueuedJob
 from .attempts import Attempts
+from .health import Health
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
 from .pool import Pool
 from .settle import Claims
@@ -84,8 +85,9 @@ class Worker:
         self._waker = Waker()
         self._pool: Pool[QueuedJob] | None = None
         self._session: ConsumerSession | None = None
+        self._health = Health(self, self.connection_name, once=self.options.once, give_up=self.options.give_up)
         self._claims = Claims(
-            self._consumer, self.executor, self.stats, report=self._operation_failed, stop=self.stop,
+            self._consumer, self.executor, self.stats, report=self._health.failed, stop=self.stop,
             stopping=self._stop.is_set,
         )  # fmt: skip
         # What running jobs see as context.stop_requested: one notice for all of
@@ -111,10 +113,6 @@ class Worker:
         self._may_claim_ahead = capabilities.give_back
         #: Runs attempts, in this process or (with a time limit) in supervised children.
         self.attempts = Attempts(self.executor, manager, self.registry, self.options)
-        self._last_error = ""
-        #: When the backend's current run of failures began (None: its last operation worked).
-        self._failing_since: float | None = None
-        self._failures = 0
         #: The owning loop's thread: discards it hears of while claiming are this worker's.
         self._loop_thread: int | None = None
         reservation = self.driver.reservation
@@ -202,8 +200,7 @@ class Worker:
         now = _clock.monotonic()
         self._next_beat = now + self._beat if self._beat else float("inf")
         self._next_reclaim = 0.0
-        self._failures = 0
-        self._failing_since = None
+        self._health.ok()
         self._loop_thread = threading.get_ident()
         signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
         self._start_pool()
@@ -212,7 +209,7 @@ class Worker:
         """One turn of the loop; False when the run is over."""
         self._waker.clear()
         if self.options.once:
-            self._check_give_up()
+            self._health.check_give_up()
         signalled, self._signalled = self._signalled, None
         if signalled is not None:
             self.stop(signalled[0])
@@ -235,7 +232,7 @@ class Worker:
                 self._heartbeat()
         if now >= self._next_reclaim:
             self._next_reclaim = now + self.options.reclaim_interval
-            self._backend("reclaim_expired", self._consumer().reclaim_expired)
+            self._health.call("reclaim_expired", self._consumer().reclaim_expired)
         claims.collect(now)
 
     def _stopping(self) -> bool:
@@ -282,8 +279,7 @@ class Worker:
         if jobs is None:
             self._backend_failed()
             return True
-        self._failures = 0
-        self._failing_since = None
+        self._health.ok()
         if jobs:
             self._hand_out(jobs)
             return True
@@ -304,7 +300,7 @@ class Worker:
             try:
                 self._paused = locks.flags(f"paused:{self.connection_name}")
             except Exception as exc:  # noqa: BLE001 - reported; the last answer stands meanwhile
-                self._operation_failed("paused", exc)
+                self._health.failed("paused", exc)
                 if self._paused is None:
                     self._paused = set()
         paused = self._paused
@@ -349,7 +345,7 @@ class Worker:
         try:
             self._consumer().wait_for_jobs(self.options.queues, wait, self._waker)
         except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come
-            self._operation_failed("wait_for_jobs", exc)
+            self._health.failed("wait_for_jobs", exc)
             self._waker.wait(wait)
 
     def _shut_down(self) -> None:
@@ -369,7 +365,7 @@ class Worker:
             try:
                 session.close()
             except Exception as exc:  # noqa: BLE001 - what the session held comes back when its reservations lapse
-                self._operation_failed("close_session", exc)
+                self._health.failed("close_session", exc)
 
     # -- the pieces of a turn ------------------------------------------------------------
     def _consumer(self) -> ConsumerSession:
@@ -402,32 +398,11 @@ class Worker:
         return capacity, refill
 
     def _backend_failed(self) -> None:
-        """Pause after a failed backend operation (longer each time, at most 5 s).
-
-        A resident worker keeps trying for as long as it runs; a ``once`` worker
-        (a cron run) gives up once the backend has kept failing for
-        ``WorkerOptions.give_up`` seconds, so the run ends with an error instead
-        of hanging until the next one starts.
-        """
-        self._failures += 1
-        if self.options.once:
-            self._check_give_up()
-        pause = min(0.05 * 2 ** min(self._failures, 7), 5.0)
+        """Pause after a failed backend operation (see :meth:`Health.backoff`)."""
+        pause = self._health.backoff()
         if self._claims.held:
             pause = min(pause, max(0.0, self._next_beat - _clock.monotonic()))  # never skip a heartbeat
         self._waker.wait(pause)
-
-    def _check_give_up(self) -> None:
-        """End a ``once`` run whose backend has kept failing for ``give_up`` seconds."""
-        since = self._failing_since
-        if since is None:
-            return
-        failing = _clock.monotonic() - since
-        if failing >= self.options.give_up:
-            raise QueueUnavailableError(
-                f"connection {self.connection_name!r} kept failing for {failing:.1f}s; giving up this --once run "
-                f"(last error: {self._last_error})"
-            )
 
     def _heard_discard(self, sender: Any, **kwargs: Any) -> None:
         """Count the unreadable jobs the driver moved aside while this worker's loop claimed."""
@@ -466,7 +441,7 @@ class Worker:
         try:
             self._hand_back(jobs)
         except Exception as exc:  # noqa: BLE001 - retried; at worst their reservations lapse
-            self._operation_failed("give_back", exc)
+            self._health.failed("give_back", exc)
             return False
         self._unstarted = []
         self._claims.let_go(jobs)
@@ -475,7 +450,7 @@ class Worker:
     def _heartbeat(self) -> None:
         jobs = list(self._claims.running.values())
         if jobs:
-            self._backend("extend", self._consumer().extend, jobs, self.driver.reservation)
+            self._health.call("extend", self._consumer().extend, jobs, self.driver.reservation)
 
     def _abandon_running(self) -> None:
         """The grace is over: hand back the attempts still running in threads, without
@@ -488,7 +463,7 @@ class Worker:
             try:
                 self._hand_back(cut_short)
             except Exception as exc:  # noqa: BLE001 - their reservations lapse and they run again
-                self._operation_failed("give_back", exc)
+                self._health.failed("give_back", exc)
                 log.warning(
                     "grace period over: %d running job(s) could not be handed back; they run again once "
                     "their reservations lapse",
@@ -505,28 +480,6 @@ class Worker:
             )
         claims.running.clear()
         self._unstarted = []
-
-    def _backend(self, operation: str, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - reported, retried by the loop with a backoff
-            self._operation_failed(operation, exc)
-            return None
-
-    def _operation_failed(self, operation: str, exc: BaseException) -> None:
-        info = ExceptionInfo.from_exception(exc)
-        self._last_error = f"{operation}: {info.error}"
-        if self._failing_since is None:
-            self._failing_since = _clock.monotonic()
-        log.error("queue operation %s on connection %r failed: %s", operation, self.connection_name, info.error)
-        signals.emit(
-            signals.queue_operation_failed,
-            self,
-            connection=self.connection_name,
-            operation=operation,
-            error=info.error,
-            exception=info,
-        )
 
     # -- the pool ----------------------------------------------------------------------
     def _start_pool(self) -> Pool[QueuedJob]:

@@ -178,6 +178,7 @@ class Cooperative(Job):
 
     def handle(self, context: JobContext) -> None:
         started = time.monotonic()
+        note(self.log + ".started", "started")
         seen = context.stop_requested.wait(10)
         note(self.log, f"{seen} {time.monotonic() - started:.3f} {os.getpid()}")
 

@@ -257,7 +257,7 @@ def test_stop_lets_a_cooperative_child_attempt_finish(manager: QueueManager, mem
     manager.dispatch(jobs.Cooperative(log=log))
     worker = Worker(manager, options=WorkerOptions(concurrency=1, grace=5))
     worker.start()
-    wait_until(lambda: len(memory._reserved) == 1, timeout=10, message="the job to be reserved")
+    wait_until(lambda: bool(jobs.notes(log + ".started")), timeout=10, message="the job to start in its child")
     worker.stop()
     stats = worker.join(10)
     assert stats.processed == 1 and memory.size() == 0

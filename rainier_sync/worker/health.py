@@ -1,0 +1,82 @@
+"""How a worker's backend has been doing: each failed operation reported (log
+and ``queue_operation_failed``), the current run of failures, and when a
+``once`` run gives up on it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from .. import _clock, signals
+from ..errors import QueueUnavailableError
+from ..types import ExceptionInfo
+
+log = logging.getLogger("rainier_sync")
+
+
+class Health:
+    """The failures of one worker's backend operations."""
+
+    def __init__(self, sender: Any, connection: str | None, *, once: bool, give_up: float) -> None:
+        self.sender = sender
+        self.connection = connection
+        self.once = once
+        self.give_up = give_up
+        self.last_error = ""
+        #: When the current run of failures began (None: the last operation worked).
+        self.failing_since: float | None = None
+        self.failures = 0
+
+    def call(self, operation: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``; a failure is reported and None returned (the loop retries with a backoff)."""
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - reported, retried by the loop with a backoff
+            self.failed(operation, exc)
+            return None
+
+    def failed(self, operation: str, exc: BaseException) -> None:
+        """Report a failed operation: logged, and ``queue_operation_failed`` sent."""
+        info = ExceptionInfo.from_exception(exc)
+        self.last_error = f"{operation}: {info.error}"
+        if self.failing_since is None:
+            self.failing_since = _clock.monotonic()
+        log.error("queue operation %s on connection %r failed: %s", operation, self.connection, info.error)
+        signals.emit(
+            signals.queue_operation_failed,
+            self.sender,
+            connection=self.connection,
+            operation=operation,
+            error=info.error,
+            exception=info,
+        )
+
+    def ok(self) -> None:
+        """The backend answered: the run of failures is over."""
+        self.failures = 0
+        self.failing_since = None
+
+    def backoff(self) -> float:
+        """After a failure: how long to pause (longer each time, at most 5 s).
+
+        A resident worker keeps trying for as long as it runs; a ``once`` worker
+        (a cron run) gives up once the backend has kept failing for ``give_up``
+        seconds, so the run ends with an error instead of hanging until the next
+        one starts.
+        """
+        self.failures += 1
+        if self.once:
+            self.check_give_up()
+        return float(min(0.05 * 2 ** min(self.failures, 7), 5.0))
+
+    def check_give_up(self) -> None:
+        """End a ``once`` run whose backend has kept failing for ``give_up`` seconds."""
+        since = self.failing_since
+        if since is None:
+            return
+        failing = _clock.monotonic() - since
+        if failing >= self.give_up:
+            raise QueueUnavailableError(
+                f"connection {self.connection!r} kept failing for {failing:.1f}s; giving up this --once run "
+                f"(last error: {self.last_error})"
+            )
