@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .manager import set_instance as set_instance
     from .pending import PendingDispatch as PendingDispatch
     from .registry import JobRegistry as JobRegistry
+    from .schedule import Schedule as Schedule
     from .types import ExceptionInfo as ExceptionInfo
     from .types import FailedJob as FailedJob
     from .types import QueueCounts as QueueCounts
@@ -78,6 +79,7 @@ _WHERE = {
     # Working
     "Worker": "worker",
     "WorkerOptions": "worker",
+    "Schedule": "schedule",
     "WorkerStats": "worker",
     # Records
     "QueuedJob": "types",

@@ -164,7 +164,7 @@ class Executor:
         try:
             with self.attempt_context(queued):
                 job = self.build(queued)
-                chain = job.middleware()
+                chain = self.chain(queued, job)
                 if chain:
                     built = job
                     self.through(chain, job, context, lambda: built.handle(context))
@@ -185,6 +185,16 @@ class Executor:
         completion = self.conclude(queued, job, error, context, duration)
         completion.interrupted = interrupted
         return completion
+
+    def chain(self, queued: QueuedJob, job: Job) -> list[Any]:
+        """The middleware an attempt runs through: the job's own, after a
+        :class:`~rainier_sync.schedule.TickGuard` when a schedule dispatched it."""
+        chain = list(job.middleware())
+        if queued.meta and "tick" in queued.meta:
+            from .schedule import TickGuard
+
+            chain.insert(0, TickGuard(self.locks, queued.meta))
+        return chain
 
     def through(self, chain: list[Any], job: Job, context: JobContext, last: Callable[[], None]) -> None:
         """Run ``last`` (the attempt itself) inside ``chain``, outermost first. A

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
     from .locks.base import LockStore
+    from .schedule import Schedule
 
 __all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
 
@@ -59,10 +60,19 @@ class QueueManager:
         registry: JobRegistry | None = None,
         container: Container | None = None,
         locks: LockStore | None = None,
+        schedule: Schedule | None = None,
     ) -> None:
         self.registry = registry if registry is not None else JobRegistry()
         self.container = container if container is not None else Container()
         self.locks = locks
+        #: The periodic jobs a scheduling worker or ``schedule:run`` dispatches.
+        self.schedule = schedule
+        if schedule is not None:
+            for entry in schedule:
+                if self.registry.find(type(entry.job).NAME) is None:
+                    raise ConfigurationError(
+                        f"schedule entry {entry.name!r}: job {type(entry.job).NAME!r} is not registered"
+                    )
         self._connections: dict[str, BaseQueue] = dict(connections or {})
         if default is None and len(self._connections) == 1:
             default = next(iter(self._connections))

@@ -81,6 +81,8 @@ class QueuedJob:
     unique_for: float | None = None
     dispatched_at: float = 0.0
     receipt: Any = field(default=None, compare=False, repr=False)
+    #: What the library carries beside the payload (a schedule's tick); None when nothing.
+    meta: dict[str, Any] | None = None
     #: The payload's JSON text as the dispatch that built this job checked it;
     #: never copied, so only a freshly built job reuses it.
     payload_json: str | None = field(default=None, init=False, compare=False, repr=False)
@@ -102,6 +104,7 @@ class QueuedJob:
             self.unique_for,
             self.dispatched_at,
             receipt,
+            self.meta,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -119,6 +122,8 @@ class QueuedJob:
         }
         if self.unique_key is not None:
             wire["unique"] = [self.unique_key, self.unique_owner, self.unique_for]
+        if self.meta:
+            wire["meta"] = self.meta
         return wire
 
     def encode(self) -> str:
@@ -134,6 +139,8 @@ class QueuedJob:
         )
         if self.unique_key is not None:
             text += ',"unique":' + encode([self.unique_key, self.unique_owner, self.unique_for])
+        if self.meta:
+            text += ',"meta":' + encode(self.meta)
         return text + "}"
 
     @classmethod
@@ -152,6 +159,9 @@ class QueuedJob:
         if not isinstance(payload, dict):
             raise PayloadError(f"job {name!r}: payload must be a JSON object")
         unique = data.get("unique")
+        meta = data.get("meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise PayloadError(f"job {name!r} ({job_id}): meta must be a JSON object")
         try:
             queue = data.get("queue", "default")
             job = cls(
@@ -169,6 +179,7 @@ class QueuedJob:
                 unique[2] if unique else None,
                 _time(data, "dispatched_at"),
                 receipt,
+                meta or None,
             )
         except (TypeError, ValueError, IndexError) as exc:
             raise PayloadError(f"job {name!r} ({job_id}): malformed envelope: {exc}") from None

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _clock, signals
 from ..errors import ConfigurationError
 from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
+from ..schedule import Scheduler
 from ..types import QueuedJob
 from .attempts import Attempts
 from .health import Health
@@ -79,6 +80,8 @@ class Worker:
                     "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
                 )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self)
+        #: Dispatches the manager's periodic jobs as they fall due (``WorkerOptions.schedule``).
+        self.scheduler = Scheduler(manager, self.connection_name) if self.options.schedule else None
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._stopped_at: float | None = None
@@ -233,6 +236,9 @@ class Worker:
         if now >= self._next_reclaim:
             self._next_reclaim = now + self.options.reclaim_interval
             self._health.call("reclaim_expired", self._consumer().reclaim_expired)
+        scheduler = self.scheduler
+        if scheduler is not None and not self._stop.is_set() and _clock.now() >= scheduler.next_due:
+            self._health.call("schedule", scheduler.run_due)
         claims.collect(now)
 
     def _stopping(self) -> bool:
@@ -342,6 +348,8 @@ class Worker:
             self.stats.idles += 1
         sleep = self.options.sleep
         wait = sleep if self._beat is None or not claims.held else min(sleep, max(0.0, self._next_beat - now))
+        if self.scheduler is not None:
+            wait = min(wait, max(0.0, self.scheduler.next_due - _clock.now()))  # wake for the next tick
         try:
             self._consumer().wait_for_jobs(self.options.queues, wait, self._waker)
         except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come

@@ -50,6 +50,8 @@ class WorkerOptions:
       :data:`PREFETCH_WINDOW` at the jobs' measured pace, so long jobs are still
       claimed one per free thread and left for other workers. 0 claims only for
       free threads. ``None``: 8 per thread.
+    - ``schedule``: also dispatch the manager's periodic jobs as they fall due
+      (each tick once across every scheduling worker that shares the lock store).
     - ``child_setup``: ``"package.module:function"`` called in each new timeout
       child before its first attempt, to reopen what must not be shared across
       a fork; it may return a :class:`~rainier_sync.Container` for the child to
@@ -70,6 +72,7 @@ class WorkerOptions:
     max_jobs_per_child: int | None = 1000
     child_setup: str | None = None
     prefetch: int | None = None
+    schedule: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str):

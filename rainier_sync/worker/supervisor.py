@@ -294,7 +294,7 @@ class Supervisor:
         started = _clock.monotonic()
         try:
             job = executor.build(queued)
-            chain = job.middleware()
+            chain = executor.chain(queued, job)
         except Exception as exc:  # noqa: BLE001 - an unknown name or a bad payload fails the job, not the worker
             return executor.conclude(queued, None, exc, context, _clock.monotonic() - started)
         if not chain:

@@ -75,6 +75,15 @@ def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
     return any(b.port == int(port) for b in metadata.brokers.values())
 
 
+def _alive(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    """Whether ``proc`` is still running ``seconds`` from now."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return True
+    return False
+
+
 class Tansu:
     """One tansu broker process, restartable on the same port."""
 
@@ -108,7 +117,11 @@ class Tansu:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:
                 if broker_answers(self.bootstrap, timeout=1.0):
-                    return self.bootstrap
+                    # Another test run's broker may hold the port and answer for ours,
+                    # which then exits on its failed bind: only a live process of ours counts.
+                    if _alive(self.proc, 0.3):
+                        return self.bootstrap
+                    break
                 time.sleep(0.05)
             self.stop()
         raise RuntimeError(f"tansu did not start; log: {self.log_path}\n{self.log_tail()}")
