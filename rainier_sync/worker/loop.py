@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _clock, signals
 from ..errors import ConfigurationError
 from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
-from ..schedule import Scheduler
+from ..scheduler import Scheduler
 from ..types import QueuedJob
 from .attempts import Attempts
 from .health import Health

@@ -16,7 +16,7 @@ from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, 
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.errors import ConfigurationError
 from rainier_sync.locks import MemoryLockStore
-from rainier_sync.schedule import Scheduler
+from rainier_sync.scheduler import Scheduler
 
 
 @dataclass

@@ -15,8 +15,8 @@ from ... import _clock
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, QueuedJob, encode
 from .client import _DELAYED, _FAILED, Consumer, KafkaClient, KafkaError, KafkaException, Message, TopicPartition
-from .partitions import PartitionBook, _Partition
-from .records import _PARKED, _READY, _Expect, _Record, dead_letter, read_job, stuck_record
+from .partitions import PartitionBook
+from .records import _PARKED, _READY, _Expect, _Partition, _Record, dead_letter, read_job, stuck_record
 
 log = logging.getLogger("rainier_sync.kafka")
 
