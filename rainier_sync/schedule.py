@@ -73,6 +73,11 @@ class Entry:
         except StopIteration:
             return math.inf
 
+    @property
+    def zone(self) -> Any:
+        """The entry's time zone (a ``zoneinfo.ZoneInfo``; UTC for an interval)."""
+        return self._zone
+
     def key(self, tick: float) -> str:
         """The lock-store key of one tick."""
         return f"schedule:{self.name}:{datetime.fromtimestamp(tick, tz=timezone.utc).isoformat()}"

@@ -45,6 +45,8 @@ class Scheduler:
         self.next_due = -math.inf
         #: Per entry: the last tick this scheduler dispatched or found taken.
         self.last: dict[str, float] = {}
+        #: What this scheduler dispatched: (entry name, tick, job id), oldest first.
+        self.dispatched: list[tuple[str, float, str]] = []
 
     def run_due(self, now: float | None = None) -> list[str]:
         """Dispatch every entry's latest due tick not yet dispatched; returns the new jobs' ids."""
@@ -77,5 +79,14 @@ class Scheduler:
             self.locks.acquire(key, "unique-duplicate", hold)
             return None
         self.locks.acquire(key, job_id, hold)
-        log.info("schedule: %s dispatched tick %s as job %s", entry.name, key.rsplit(":", 3)[-3:], job_id)
+        self.dispatched.append((entry.name, tick, job_id))
+        log.info("schedule: %s dispatched its tick of %s as job %s", entry.name, key.split(":", 2)[2], job_id)
         return job_id
+
+    def holder(self, entry: Entry, now: float | None = None) -> tuple[float, str] | None:
+        """The entry's latest tick at or before ``now`` and the job that holds it, if one does."""
+        tick = entry.latest(_clock.now() if now is None else now)
+        if tick is None:
+            return None
+        owner = self.locks.owner(entry.key(tick))
+        return None if owner is None else (tick, owner)

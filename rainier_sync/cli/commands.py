@@ -1,4 +1,4 @@
-"""The commands: ``queue:work``, ``queue:failed``, ``queue:retry`` and the rest."""
+"""The commands: ``queue:work``, ``queue:failed``, ``queue:retry``, ``schedule:run`` and the rest."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         "child_setup": args.child_setup,
         "prefetch": args.prefetch,
         "give_up": args.give_up,
+        "schedule": args.schedule or None,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -79,7 +81,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         driver.kind,
         ",".join(options.queues),
         options.concurrency,
-        ", once" if options.once else "",
+        (", once" if options.once else "") + (", scheduling" if options.schedule else ""),
     )
     return worker.run()
 
@@ -286,6 +288,37 @@ def cmd_continue(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> 
     manager.resume(args.queue, connection=args.connection)
     where = args.connection or manager.default
     out.write(f"Queue {args.queue} on connection {where} is worked again.\n")
+    return EXIT_OK
+
+
+def cmd_schedule_run(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    from ..scheduler import Scheduler
+
+    manager = frontend.manager(args)
+    scheduler = Scheduler(manager, args.connection)
+    scheduler.run_due()
+    for name, tick, job_id in scheduler.dispatched:
+        out.write(f"dispatched {name} (tick {when(tick)}) as job {job_id}\n")
+    out.write(f"{len(scheduler.dispatched)} tick(s) dispatched; {len(scheduler.entries)} entries in the schedule\n")
+    return EXIT_OK
+
+
+def cmd_schedule_list(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    from .. import _clock
+    from ..scheduler import Scheduler
+
+    manager = frontend.manager(args)
+    scheduler = Scheduler(manager)
+    now = _clock.now()
+    rows: list[list[str]] = []
+    for entry in scheduler.entries:
+        latest = entry.latest(now)
+        following = entry.following(now if latest is None else latest)
+        local = datetime.fromtimestamp(following, tz=entry.zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+        held = scheduler.holder(entry, now)
+        last = f"{when(held[0])} ({held[1]})" if held is not None else "-"
+        rows.append([entry.name, entry.describe(), when(following), local, last])
+    table(out, ["ENTRY", "WHEN", "NEXT (UTC)", "NEXT (ITS ZONE)", "LAST DISPATCHED"], rows)
     return EXIT_OK
 
 

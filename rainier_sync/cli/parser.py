@@ -17,6 +17,8 @@ from .commands import (
     cmd_pause,
     cmd_reclaim,
     cmd_retry,
+    cmd_schedule_list,
+    cmd_schedule_run,
     cmd_status,
     cmd_work,
 )
@@ -63,6 +65,8 @@ COMMANDS: dict[str, Callable[[Frontend, argparse.Namespace, IO[str]], int]] = {
     "queue:migrate": cmd_migrate,
     "queue:pause": cmd_pause,
     "queue:continue": cmd_continue,
+    "schedule:run": cmd_schedule_run,
+    "schedule:list": cmd_schedule_list,
     "make:job": cmd_make_job,
 }
 
@@ -130,6 +134,9 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
     work.add_argument("--queue", metavar="A,B", help="queues in priority order (default: default)")
     work.add_argument("--once", action="store_true", help="run what is due, then exit")
     work.add_argument(
+        "--schedule", action="store_true", help="also dispatch the schedule's periodic jobs as they fall due"
+    )
+    work.add_argument(
         "--fail-on-failed",
         action="store_true",
         help="with --once or --max-jobs: exit 1 when a job of this run failed for good",
@@ -187,6 +194,10 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
         sub = command(name, summary)
         sub.add_argument("queue", metavar="QUEUE", help="the queue's name")
         sub.add_argument("--connection", metavar="NAME", help="its connection (default: the default one)")
+
+    run = command("schedule:run", "Dispatch the schedule's ticks that fell due since the last run, then exit.")
+    run.add_argument("--connection", metavar="NAME", help="dispatch on this connection (default: the default one)")
+    command("schedule:list", "The schedule's entries, their next run and the tick last dispatched.")
 
     migrate = command("queue:migrate", "Create or update the queue's tables on every connection that has them.")
     connection_option(migrate, "all")

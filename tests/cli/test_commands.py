@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from freezegun import freeze_time
@@ -529,3 +530,53 @@ def test_pausing_without_a_lock_store_is_one_line_naming_locks(
 ) -> None:
     assert main(["queue:pause", "mail", APP]) == EXIT_USAGE
     assert "pausing a queue needs a lock store" in capsys.readouterr().err
+
+
+def test_schedule_run_dispatches_each_due_tick_once_and_schedule_list_shows_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rainier_sync import Schedule
+
+    driver = MemoryQueue()
+    schedule = Schedule().every(60, app.Touch(n=1), name="minutely").cron("0 3 * * *", app.Touch(n=2), tz="Asia/Tokyo")
+    manager = app.current = QueueManager(
+        connections={"main": driver}, registry=app.registry, container=Container(), locks=MemoryLockStore(),
+        schedule=schedule,
+    )  # fmt: skip
+    with freeze_time("2026-03-01 12:00:30"):
+        assert main(["schedule:run", APP]) == EXIT_OK
+        out = capsys.readouterr().out
+        assert "dispatched minutely (tick 2026-03-01 12:00:00)" in out
+        assert "dispatched cli-tests.touch (tick 2026-02-28 18:00:00)" in out, "03:00 in Tokyo is 18:00 UTC"
+        assert "2 tick(s) dispatched" in out and driver.size() == 2
+        assert main(["schedule:run", APP]) == EXIT_OK, "a second run from any host"
+        assert "0 tick(s) dispatched" in capsys.readouterr().out and driver.size() == 2
+        assert main(["schedule:list", APP]) == EXIT_OK
+        listing = capsys.readouterr().out
+    assert "minutely" in listing and "every 60s" in listing and "2026-03-01 12:01:00" in listing
+    assert "2026-03-02 03:00:00 JST" in listing and "2026-03-01 18:00:00" in listing
+    assert [j.id for j in driver.jobs][0] in listing, "the job that holds the last tick"
+    assert manager.schedule is schedule
+
+
+def test_schedule_run_without_a_schedule_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    app.current = QueueManager(
+        connections={"main": MemoryQueue()}, registry=app.registry, container=Container(), locks=MemoryLockStore()
+    )
+    assert main(["schedule:run", APP]) == EXIT_USAGE
+    assert "no schedule" in capsys.readouterr().err
+
+
+def test_queue_work_schedule_dispatches_and_runs_the_due_ticks(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rainier_sync import Schedule
+
+    out = tmp_path / "out.txt"
+    monkeypatch.setenv("CLI_APP_OUT", str(out))
+    app.current = QueueManager(
+        connections={"main": MemoryQueue()}, registry=app.registry, container=Container(), locks=MemoryLockStore(),
+        schedule=Schedule().every(3600, app.Touch(n=7)),
+    )  # fmt: skip
+    assert main(["queue:work", "--once", "--schedule", APP]) == EXIT_OK
+    assert out.read_text().split() == ["7", "ran"]
