@@ -44,7 +44,8 @@ from ..base import Capabilities, QueueDriver, as_job_list
 from .connection import _check_url, _client, _connection_settings
 from .core import _consumer_name
 from .failed import _FailedStore
-from .reading import _IdleRead, _IdleReading
+from .reading import _IdleReading
+from .session import RedisSession
 from .wire import _CHUNK, _GROUP, _PROMOTE, _blob, _num, _push_args, _receipt, _record
 
 try:
@@ -107,6 +108,10 @@ class RedisQueue(_IdleReading, _FailedStore):
         queue._policy = policy
         return queue
 
+    def open_session(self) -> RedisSession:
+        """One owning loop's consumer operations, with its own wake-ups and blocking read."""
+        return RedisSession(self)
+
     # -- producing -------------------------------------------------------------
     def push(self, job: QueuedJob) -> str:
         self._on_push_connection("push_one", [[self.prefix, None, *_push_args(job)]])
@@ -123,26 +128,6 @@ class RedisQueue(_IdleReading, _FailedStore):
         return [job.id for job in jobs]
 
     # -- consuming -------------------------------------------------------------
-    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
-        if isinstance(queues, str):
-            queues = [queues]
-        if limit <= 0 or not queues:
-            return []
-        self._after_fork()
-        self._seen.seq = self._wake_seq
-        read: _IdleRead | None = getattr(self._reads, "read", None)
-        if read is not None and (read.stash or read.streams is not None):
-            jobs = self._take_stash(read, queues, limit)
-            if jobs:
-                return jobs  # at once: the caller reserves again for the rest, and this is its idle wake-up
-        prefix, consumer, reservation = self.prefix, self.consumer, self.reservation
-
-        def args() -> list[Any]:
-            now = _clock.now()
-            return [prefix, _GROUP, consumer, _num(now), _num(now + reservation), int(limit), _PROMOTE, *queues]
-
-        return self._jobs_from(self._on_loop_connection("reserve", args))
-
     def acknowledge(self, job: QueuedJob) -> None:
         self.acknowledge_many([job])
 

@@ -20,7 +20,7 @@ from ...errors import DriverUnavailableError
 from ...types import QueuedJob
 from ..base import Waker
 from .core import _RedisCore
-from .wire import _GROUP, _Taken
+from .wire import _GROUP, _PROMOTE, _num, _Taken
 
 try:
     import redis
@@ -45,6 +45,19 @@ class _IdleRead:
         self.lock = threading.Lock()
 
 
+class _LoopState:
+    """One owning loop's part of the idle machinery: the wake-up count its last
+    reserve saw, and its blocking read (made on first use)."""
+
+    __slots__ = ("seq", "read", "generation")
+
+    def __init__(self, generation: int) -> None:
+        self.seq = -1
+        self.read: _IdleRead | None = None
+        #: The driver's fork generation the read belongs to.
+        self.generation = generation
+
+
 class _IdleReading(_RedisCore):
     """Idle waits, and handing out what a loop's blocking read took."""
 
@@ -65,13 +78,13 @@ class _IdleReading(_RedisCore):
         self._mutex = threading.Lock()
         self._waiters: set[Waker] = set()
         self._wake_seq = 0
-        # per owning loop (thread): two workers on one driver must not consume
-        # each other's notifications
-        self._seen = threading.local()
+        # Each owning loop has its own _LoopState (in its session; per thread for
+        # consumer operations called on the driver itself): two workers on one
+        # driver must not consume each other's notifications.
+        self._loops = threading.local()
+        self._generation = 0
         self._pubsub: Any = None
         self._listen_lock = threading.Lock()
-        # each owning loop's blocking read (an _IdleRead)
-        self._reads = threading.local()
         self._all_reads: set[_IdleRead] = set()
         self._blocking_reads = True
         self._subscribe_failures = 0
@@ -82,12 +95,54 @@ class _IdleReading(_RedisCore):
         super()._forked()
         self._pubsub = None
         self._listen_lock = threading.Lock()
-        self._reads = threading.local()
+        self._generation += 1  # every loop's blocking read is the parent's
         self._all_reads = set()
         self._mutex = threading.Lock()
         self._waiters = set()
 
+    def _loop_state(self) -> _LoopState:
+        """The calling thread's loop state, for consumer operations called on the driver itself."""
+        state: _LoopState | None = getattr(self._loops, "state", None)
+        if state is None:
+            state = self._loops.state = _LoopState(self._generation)
+        return state
+
+    def _current(self, state: _LoopState) -> None:
+        """In a forked child, a loop's blocking read is its parent's: forget it (``_after_fork`` first)."""
+        if state.generation != self._generation:
+            state.generation, state.read = self._generation, None
+
+    def reserve_many(self, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        return self._reserve(self._loop_state(), queues, limit)
+
+    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        """Sleep until a job may be there for ``queues`` — this loop's blocking read of
+        their streams took one, or a push, release or reclaim notified — until the
+        soonest delayed job is due, ``waker`` is set, or ``timeout`` passes."""
+        self._wait(self._loop_state(), queues, timeout, waker)
+
     # -- handing out what a blocking read took -------------------------------------------
+    def _reserve(self, state: _LoopState, queues: Sequence[str], limit: int) -> list[QueuedJob]:
+        if isinstance(queues, str):
+            queues = [queues]
+        if limit <= 0 or not queues:
+            return []
+        self._after_fork()
+        self._current(state)
+        state.seq = self._wake_seq
+        read = state.read
+        if read is not None and (read.stash or read.streams is not None):
+            jobs = self._take_stash(read, queues, limit)
+            if jobs:
+                return jobs  # at once: the caller reserves again for the rest, and this is its idle wake-up
+        prefix, consumer, reservation = self.prefix, self.consumer, self.reservation
+
+        def args() -> list[Any]:
+            now = _clock.now()
+            return [prefix, _GROUP, consumer, _num(now), _num(now + reservation), int(limit), _PROMOTE, *queues]
+
+        return self._jobs_from(self._on_loop_connection("reserve", args))
+
     def _take_stash(self, read: _IdleRead, queues: Sequence[str], limit: int) -> list[QueuedJob]:
         """Hand out (up to ``limit``) what this loop's blocking read took for ``queues``.
 
@@ -138,14 +193,13 @@ class _IdleReading(_RedisCore):
         return list(self._on_loop_connection("adopt", lambda: self._stamped("adopt", args)))
 
     # -- waiting -------------------------------------------------------------------
-    def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:
-        """Sleep until a job may be there for ``queues`` — this loop's blocking read of
-        their streams took one, or a push, release or reclaim notified — until the
-        soonest delayed job is due, ``waker`` is set, or ``timeout`` passes."""
+    def _wait(self, state: _LoopState, queues: Sequence[str], timeout: float, waker: Waker) -> None:
+        """What :meth:`wait_for_jobs` does, for the loop ``state`` belongs to."""
         self._sync()
+        self._current(state)
         with self._mutex:
             self._waiters.add(waker)
-            notified = self._wake_seq != getattr(self._seen, "seq", -1)
+            notified = self._wake_seq != state.seq
         try:
             if notified:
                 return
@@ -170,7 +224,7 @@ class _IdleReading(_RedisCore):
             if soonest is not None:
                 timeout = min(timeout, max(0.0, float(soonest) - _clock.now()))
             streams = [(queue, band) for queue, bands in zip(queues, replies[1::2], strict=True) for band in bands]
-            read = self._idle_read()
+            read = self._idle_read(state)
             if read.stash:
                 return  # taken while this loop was busy: its next reserve hands them out
             if subscription is None:
@@ -185,11 +239,11 @@ class _IdleReading(_RedisCore):
             with self._mutex:
                 self._waiters.discard(waker)
 
-    def _idle_read(self) -> _IdleRead:
-        """This owning loop's blocking-read state (made on first use)."""
-        read: _IdleRead | None = getattr(self._reads, "read", None)
+    def _idle_read(self, state: _LoopState) -> _IdleRead:
+        """An owning loop's blocking-read state (made on first use)."""
+        read = state.read
         if read is None:
-            read = self._reads.read = _IdleRead()
+            read = state.read = _IdleRead()
             with self._mutex:
                 self._all_reads.add(read)
         return read
@@ -309,13 +363,12 @@ class _IdleReading(_RedisCore):
             conn.disconnect()
             self._client.connection_pool.release(conn)
 
-    def worker_stopped(self) -> None:
-        """End the blocking read the stopping worker's loop (this thread) left
-        outstanding, and hand back what it took."""
+    def _end_loop(self, state: _LoopState) -> None:
+        """End the blocking read a stopping loop left outstanding, and hand back what it took."""
         self._after_fork()
-        read: _IdleRead | None = getattr(self._reads, "read", None)
+        self._current(state)
+        read, state.read = state.read, None
         if read is not None:
-            self._reads.read = None
             self._end_read(read)
 
     def _end_read(self, read: _IdleRead) -> None:
