@@ -20,8 +20,9 @@ out an outage is not recorded as already lapsed.
 
 The parts: :mod:`.wire` (how jobs, entries and records are written and read),
 :mod:`.core` (the client and the connections scripts run on), :mod:`.reading`
-(idle waits: wake-up notifications and blocking reads) and :mod:`.failed` (the
-failed store); :class:`RedisQueue` composes them.
+(idle waits: wake-up notifications and blocking reads), :mod:`.session` (an
+owning loop's consumer operations) and :mod:`.failed` (the failed store);
+:class:`RedisQueue` composes them.
 """
 
 from __future__ import annotations
