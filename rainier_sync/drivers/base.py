@@ -357,7 +357,7 @@ class SharedSession(ConsumerSession):
         self.driver.wait_for_jobs(queues, timeout, waker)
 
     def close(self) -> None:
-        self.driver.worker_stopped()
+        """Nothing of its own to release: the driver keeps its consumer state."""
 
 
 class FailedStore(ABC):
@@ -428,9 +428,6 @@ class BaseQueue(Producer, Consumer, FailedStore, Inspector):
     def open_session(self) -> ConsumerSession:
         """Open the consumer session one owning loop (a worker's) works through."""
         return SharedSession(self)
-
-    def worker_stopped(self) -> None:
-        """A :class:`SharedSession` on this driver closed."""
 
     # -- optional, by capability ---------------------------------------------------------
     def migrate(self) -> list[int]:
