@@ -9,7 +9,7 @@ import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from . import _clock
+from . import _clock, signals
 from .container import Container
 from .errors import (
     ConfigurationError,
@@ -361,6 +361,8 @@ class QueueManager:
         if self._router is not None and within is None:
             return self._router(name, jobs)
         driver = self.connection(name)
+        if signals.job_dispatching.receivers:
+            signals.emit(signals.job_dispatching, self, jobs=jobs, connection=name or self.default)
         ids: list[str | None] = []
         locked: list[QueuedJob] = []
         to_push = self._admit(jobs, ids, locked)
@@ -392,6 +394,8 @@ class QueueManager:
         def slices() -> Iterator[list[QueuedJob]]:
             while chunk := list(itertools.islice(pending, _SLICE)):
                 built = self._build_many(chunk, name)
+                if signals.job_dispatching.receivers:
+                    signals.emit(signals.job_dispatching, self, jobs=built, connection=name or self.default)
                 ids.extend(job.id for job in built)
                 yield built
 

@@ -3,6 +3,9 @@
 Connect a receiver: ``job_failed.connect(on_failed)``. Each is sent with the
 worker (or the driver) as sender and keyword arguments:
 
+- ``job_dispatching(jobs, connection)``: sent by the manager with the
+  :class:`~rainier_sync.types.QueuedJob` list it is about to store; a receiver
+  may add to each job's ``meta`` (a trace context), which travels with the job.
 - ``job_processing(job, connection)``: before each attempt.
 - ``job_processed(job, connection, duration)``: after success.
 - ``job_released(job, connection, delay, error, exception)``: returned for another attempt.
@@ -33,6 +36,7 @@ from typing import Any
 from blinker import NamedSignal, Namespace
 
 __all__ = [
+    "job_dispatching",
     "job_processing",
     "job_processed",
     "job_released",
@@ -48,6 +52,7 @@ __all__ = [
 
 _signals = Namespace()
 
+job_dispatching = _signals.signal("job-dispatching")
 job_processing = _signals.signal("job-processing")
 job_processed = _signals.signal("job-processed")
 job_released = _signals.signal("job-released")

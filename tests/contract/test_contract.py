@@ -285,6 +285,17 @@ def test_a_deferred_job_comes_back_when_due_its_attempt_unspent(h: Harness, q: B
         assert again[0].attempts == 1, "a deferral does not spend a try"
 
 
+def test_meta_travels_with_the_job(q: BaseQueue) -> None:
+    carried = job()
+    carried.meta = {"tick": "schedule:x:2026", "trace": {"id": "ab", "n": [1, 2]}}
+    q.push(carried)
+    [got] = reserve_all(q, ["default"], 1)
+    assert got.meta == carried.meta
+    q.release(got, 0)
+    [again] = reserve_all(q, ["default"], 1)
+    assert again.meta == carried.meta, "a release keeps it"
+
+
 @dataclass
 class CrashProbe(Job):
     """A unique job that records its attempts and its ``failed()`` call."""

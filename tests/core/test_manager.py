@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -9,7 +10,11 @@ from freezegun import freeze_time
 import rainier_sync
 from rainier_sync import (
     Container,
+    Job,
+    JobContext,
+    JobRegistry,
     NoQueueConfiguredError,
+    QueuedJob,
     QueueManager,
     UnknownConnectionError,
 )
@@ -136,3 +141,32 @@ def test_queue_driver_answers_as_the_design_table_does() -> None:
     assert D.parse(" Redis ") is D.REDIS
     with pytest.raises(ValueError, match="unknown queue driver 'rabbit'"):
         D.parse("rabbit")
+
+
+def test_a_job_dispatching_receiver_adds_meta_that_travels_with_the_job() -> None:
+    from rainier_sync import signals
+
+    memory = MemoryQueue()
+    registry = JobRegistry()
+    registry.register(Meta)
+    manager = QueueManager({"m": memory}, registry=registry, container=Container())
+
+    def trace(sender: Any, jobs: list[Any], connection: str) -> None:
+        for job in jobs:
+            job.meta = {**(job.meta or {}), "trace": f"t-{connection}"}
+
+    with signals.job_dispatching.connected_to(trace):
+        manager.dispatch(Meta())
+        manager.dispatch_many([Meta(), Meta()])
+    [first, *_] = memory.reserve_many(["default"], 3)
+    assert first.meta == {"trace": "t-m"}
+    assert all(job.meta == {"trace": "t-m"} for job in memory.reserve_many(["default"], 3))
+    assert QueuedJob.decode(first.encode()).meta == {"trace": "t-m"}
+
+
+@dataclass
+class Meta(Job):
+    NAME = "manager.meta"
+
+    def handle(self, context: JobContext) -> None:
+        pass
