@@ -53,6 +53,8 @@ class Exclusive(Job):
     """
 
     NAME = "mw-processes.exclusive"
+    #: A job its killed worker had claimed comes back on its next try.
+    TRIES = 3
 
     ledger: str = ""
     n: int = 0
