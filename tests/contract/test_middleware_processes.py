@@ -42,7 +42,9 @@ class Backend:
     queue: str
     manager: QueueManager
     ledger: Path
-    reservation: float = 1.0
+    #: Long enough that no heartbeat missed under load lets a job run twice;
+    #: the kill test shortens it so that the killed worker's jobs come back soon.
+    reservation: float = 30.0
 
     def dispatch(self, jobs: list[Job]) -> None:
         built = [self.manager.build(job, queue=self.queue, connection=self.kind) for job in jobs]
@@ -211,6 +213,7 @@ def test_without_overlapping_holds_across_two_worker_processes(backend: Backend,
 def test_a_killed_holder_lock_lapses_after_expire_after(backend: Backend, workers: Workers) -> None:
     expire_after = 2.0
     ledger = str(backend.ledger)
+    backend.reservation = 1.0
 
     def exclusive(n: int, hang: bool = False) -> middleware_jobs.Exclusive:
         return middleware_jobs.Exclusive(ledger, n, "stuck", expire_after=expire_after, hang=hang)
