@@ -1,0 +1,73 @@
+"""A worker process for the middleware process tests.
+
+python -m tests.contract.middleware_worker KIND URL PREFIX QUEUE MODE CONCURRENCY SLEEP RESERVATION
+
+KIND is ``redis`` (RedisQueue + RedisLockStore under PREFIX) or ``postgres``
+(DatabaseQueue + DatabaseLockStore on URL; PREFIX unused). MODE ``once`` runs
+``--once`` passes until the queue's size is 0 (ready, delayed and reserved: a
+deferred job keeps it above 0), at most :data:`ONCE_FOR` seconds; ``forever``
+runs until SIGTERM. Prints the summed stats as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+from rainier_sync import QueueManager, Worker, WorkerOptions
+from tests.contract import middleware_jobs
+
+#: The longest a ``once`` process keeps running passes before it gives up.
+ONCE_FOR = 45.0
+
+
+def connect(kind: str, url: str, prefix: str, reservation: float) -> tuple[Any, Any]:
+    if kind == "redis":
+        from rainier_sync.drivers import RedisQueue
+        from rainier_sync.locks import RedisLockStore
+
+        return RedisQueue.from_url(url, prefix=prefix, reservation=reservation), RedisLockStore.from_url(
+            url, prefix=prefix + "lock:"
+        )
+    from rainier_sync.drivers.database import DatabaseQueue
+    from rainier_sync.locks import DatabaseLockStore
+
+    return DatabaseQueue.from_url(url, reservation=reservation), DatabaseLockStore.from_url(url)
+
+
+def main(argv: list[str]) -> int:
+    kind, url, prefix, queue, mode, concurrency, sleep, reservation = argv
+    driver, locks = connect(kind, url, prefix, float(reservation))
+    manager = QueueManager({kind: driver}, locks=locks, registry=middleware_jobs.registry())
+    options = {"queues": [queue], "concurrency": int(concurrency), "sleep": float(sleep), "reclaim_interval": 0.5}
+    totals: dict[str, int] = {}
+    code = 0
+    if mode == "once":
+        ends = time.monotonic() + ONCE_FOR
+        passes = 0
+        while True:
+            stats = Worker(manager, options=WorkerOptions(once=True, **options)).run()
+            passes += 1
+            for name, value in asdict(stats).items():
+                totals[name] = totals.get(name, 0) + value
+            if driver.size(queue) == 0:
+                break
+            if time.monotonic() > ends:
+                code = 1
+                break
+            time.sleep(float(sleep))  # what is left is delayed (deferred) or held by the other process
+        totals["passes"] = passes
+    else:
+        worker = Worker(manager, options=WorkerOptions(**options))
+        worker.install_signal_handlers()
+        totals = asdict(worker.run())
+    manager.close()
+    print(json.dumps(totals), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
