@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
+from .chain import catch_job, hand_over, next_link
 from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
 from .job import Job, JobContext
 from .types import ExceptionInfo, FailedJob, QueuedJob
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from .container import Container
     from .drivers.base import Consumer
     from .locks.base import LockStore
+    from .pending import Dispatcher
     from .registry import JobRegistry
 
 log = logging.getLogger("rainier_sync")
@@ -107,11 +109,14 @@ class Executor:
         locks: LockStore | None = None,
         sender: Any = None,
         attempt_context: Callable[[QueuedJob], ContextManager[Any]] | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self.registry = registry
         self.container = container
         self.locks = locks
         self.sender = sender
+        #: Queues a chain's next link or its catch job (the manager).
+        self.dispatcher = dispatcher
         #: Wraps every attempt and every failed() call (a Flask app context, say).
         self.attempt_context = attempt_context or _no_context
 
@@ -188,12 +193,13 @@ class Executor:
 
     def chain(self, queued: QueuedJob, job: Job) -> list[Any]:
         """The middleware an attempt runs through: the job's own, after a
-        :class:`~rainier_sync.schedule.TickGuard` when a schedule dispatched it."""
+        :class:`~rainier_sync.once.OnceGuard` when the job is one copy of work
+        that must run once (a schedule's tick, a chain's link)."""
         chain = list(job.middleware())
-        if queued.meta and "tick" in queued.meta:
-            from .schedule import TickGuard
+        if queued.meta and ("once" in queued.meta or "tick" in queued.meta):
+            from .once import OnceGuard
 
-            chain.insert(0, TickGuard(self.locks, queued.meta))
+            chain.insert(0, OnceGuard(self.locks, queued.meta))
         return chain
 
     def through(self, chain: list[Any], job: Job, context: JobContext, last: Callable[[], None]) -> None:
@@ -237,7 +243,14 @@ class Executor:
         """Decide what an attempt's outcome means: processed, released with a
         backoff, or failed (running ``failed()`` once, after the final attempt)."""
         if error is None and info is None:
-            return Completion(queued, PROCESSED, duration=duration)
+            if not (queued.meta and "chain" in queued.meta):
+                return Completion(queued, PROCESSED, duration=duration)
+            try:  # before the acknowledgement: a crash here runs the link, and this, again
+                hand_over(self.dispatcher, next_link(queued))
+                return Completion(queued, PROCESSED, duration=duration)
+            except Exception as exc:  # noqa: BLE001 - the next link could not be queued: try the link again
+                log.warning("job %s (%s): could not queue the chain's next link: %s", queued.id, queued.name, exc)
+                error = exc
         if info is None:
             assert error is not None
             info = ExceptionInfo.from_exception(error)
@@ -256,6 +269,11 @@ class Executor:
                     job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
             except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
                 log.exception("%s.failed() raised; ignored", type(job).__qualname__)
+        if queued.meta and "chain" in queued.meta:
+            try:
+                hand_over(self.dispatcher, catch_job(queued))
+            except Exception:  # noqa: BLE001 - the link is failed whatever happens to its catch
+                log.exception("job %s (%s): could not queue the chain's catch job", queued.id, queued.name)
         return Completion(queued, FAILED, info=info, exception=error, duration=duration)
 
     def run_inline(self, job: QueuedJob, failed_store: Callable[[FailedJob], None] | None = None) -> str:

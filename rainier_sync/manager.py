@@ -7,9 +7,10 @@ import logging
 import os
 import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import _clock, signals
+from .chain import PendingChain
 from .container import Container
 from .errors import (
     ConfigurationError,
@@ -198,6 +199,11 @@ class QueueManager:
             return self._stream(name, jobs, driver.push_stream)
         return self._send(name, self._build_many(jobs, name))
 
+    def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
+        """A chain of jobs, each run only after the one before it succeeded:
+        ``manager.chain([A(), B()]).catch(Failed()).dispatch()`` returns the chain's id."""
+        return PendingChain(self, jobs)
+
     def dispatch_now(self, job: Job) -> str:
         """Run ``job`` now, in this thread, with its retries (no backoff sleep);
         a final failure raises."""
@@ -205,7 +211,9 @@ class QueueManager:
 
         queued = self.build(job, connection="now")
         try:
-            return Executor(self.registry, self.container, sender=self).run_inline(queued)
+            return Executor(
+                self.registry, self.container, locks=self.locks, sender=self, dispatcher=self
+            ).run_inline(queued)
         finally:
             if queued.unique_key is not None and self.locks is not None and queued.unique_owner:
                 self.locks.release(queued.unique_key, queued.unique_owner)
@@ -461,6 +469,14 @@ class QueueManager:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"
 
 
+class _RecordedChain(PendingChain):
+    def dispatch(self) -> str:
+        assert isinstance(self._manager, FakeQueueManager)
+        links = [link if isinstance(link, Job) else link.job for link in self.links]
+        self._manager.recording.chains.append(links)
+        return new_id()
+
+
 class FakeQueueManager(QueueManager):
     """Records every dispatch (payloads are still checked) and runs nothing.
 
@@ -468,10 +484,21 @@ class FakeQueueManager(QueueManager):
     has no lock store, so it never drops a duplicate.
     """
 
+    #: Chains are recorded, not checked against the registry.
+    records_only = True
+
     def __init__(self, registry: JobRegistry | None = None) -> None:
         super().__init__(connections={"default": RecordingQueue()}, default="default", registry=registry)
         self.recording = Recording()
         self._jobs_by_id: dict[str, Job] = {}
+
+    def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
+        """Records the chain when it is dispatched; nothing runs."""
+        return _RecordedChain(self, jobs)
+
+    def assert_chained(self, expected: Sequence[type[Job] | Callable[[Any], bool]]) -> None:
+        """A chain was dispatched whose links match ``expected`` (classes or predicates), in order."""
+        self.recording.assert_chained(expected)
 
     def connection(self, name: str | None = None) -> BaseQueue:
         return self._connections["default"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .job import Job, check_count, check_queue_name
 from .types import MAX_COUNT, QueuedJob
@@ -11,6 +11,7 @@ from .types import MAX_COUNT, QueuedJob
 __all__ = ["PendingDispatch", "Dispatcher"]
 
 
+@runtime_checkable
 class Dispatcher(Protocol):
     """What a pending dispatch needs of its manager."""
 
@@ -87,11 +88,21 @@ class PendingDispatch:
         self._within = connection
         return self
 
-    def send(self) -> str | None:
-        """Queue it; returns the job's id, or None when a unique duplicate was dropped."""
+    @property
+    def job(self) -> Job:
+        """The job being dispatched."""
+        return self._job
+
+    def build(self) -> tuple[str | None, QueuedJob]:
+        """Its connection and the job as it would be stored (nothing is sent)."""
         m = self._manager
         name = self._connection or m.default
         queued = m.build(
             self._job, queue=self._queue, delay=self._delay, tries=self._tries, priority=self._priority, connection=name
         )
-        return m.send_queued(name, [queued], within=self._within)[0]
+        return name, queued
+
+    def send(self) -> str | None:
+        """Queue it; returns the job's id, or None when a unique duplicate was dropped."""
+        name, queued = self.build()
+        return self._manager.send_queued(name, [queued], within=self._within)[0]

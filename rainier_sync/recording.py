@@ -73,6 +73,8 @@ class Recording:
 
     def __init__(self) -> None:
         self.pushed: list[PushedJob] = []
+        #: Each chain dispatched: its links' jobs, in order.
+        self.chains: list[list[Job]] = []
 
     # -- reading ------------------------------------------------------------------
     def queued(self, job_class: type[Job], where: Predicate | None = None) -> list[QueuedJob]:
@@ -87,6 +89,7 @@ class Recording:
 
     def clear(self) -> None:
         self.pushed.clear()
+        self.chains.clear()
 
     # -- assertions -------------------------------------------------------------------
     def assert_pushed(self, job_class: type[Job], where: Predicate | None = None) -> None:
@@ -115,6 +118,21 @@ class Recording:
     def assert_nothing_pushed(self) -> None:
         if self.pushed:
             raise AssertionError(f"expected nothing pushed; pushed: {self.summary()}")
+
+    def assert_chained(self, expected: Sequence[type[Job] | Predicate]) -> None:
+        """A chain was dispatched whose links match ``expected`` in order: each a
+        job class (its exact type) or a predicate called with the job."""
+
+        def fits(job: Job, want: type[Job] | Predicate) -> bool:
+            return type(job) is want if isinstance(want, type) else bool(want(job))
+
+        for chain in self.chains:
+            if len(chain) == len(expected) and all(fits(j, w) for j, w in zip(chain, expected, strict=True)):
+                return
+        seen = [" -> ".join(type(j).__qualname__ for j in chain) for chain in self.chains]
+        raise AssertionError(
+            f"expected a chain of {len(expected)} matching job(s); chains dispatched: {seen or 'none'}"
+        )
 
     def summary(self) -> str:
         if not self.pushed:

@@ -22,13 +22,13 @@ import logging
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError
+from .once import OnceGuard
 
 if TYPE_CHECKING:
-    from .job import Job, JobContext
-    from .locks.base import LockStore
+    from .job import Job
 
 __all__ = ["Schedule", "Entry", "TickGuard", "HOLD_MARGIN"]
 
@@ -170,26 +170,5 @@ def _zone(entry: str, tz: str) -> Any:
         raise ConfigurationError(f"schedule entry {entry!r}: unknown time zone tz={tz!r}") from None
 
 
-class TickGuard:
-    """Runs a scheduled job only if its tick is its own: the middleware the
-    executor puts before a scheduled job's own (see the module's docstring)."""
-
-    def __init__(self, store: LockStore | None, meta: dict[str, Any]) -> None:
-        self.store = store
-        self.key = str(meta.get("tick", ""))
-        hold = meta.get("hold", HOLD_MARGIN)
-        self.hold = float(hold) if isinstance(hold, (int, float)) and hold > 0 else HOLD_MARGIN
-
-    def handle(self, job: Job, context: JobContext, call_next: Callable[[], None]) -> None:
-        if self.store is None:
-            call_next()  # no store to ask: the scheduler could not have run without one
-            return
-        owner = self.store.owner(self.key)
-        if owner is None and self.store.acquire(self.key, context.id, self.hold):
-            owner = context.id
-        if owner is None:
-            owner = self.store.owner(self.key)
-        if owner != context.id:
-            context.skip(f"tick {self.key} belongs to job {owner}")
-            return
-        call_next()
+#: The guard a scheduled job runs behind (see :mod:`rainier_sync.once`).
+TickGuard = OnceGuard

@@ -73,7 +73,7 @@ class Scheduler:
             return None  # another scheduler dispatched it
         hold = max(following - tick, 0.0) + HOLD_MARGIN
         queued = self.manager.build(entry.job, connection=self.connection)
-        queued.meta = {"tick": key, "hold": hold}
+        queued.meta = {"tick": key, "once": key, "hold": hold}
         [job_id] = self.manager.send_queued(self.connection, [queued])
         if job_id is None:
             self.locks.acquire(key, "unique-duplicate", hold)

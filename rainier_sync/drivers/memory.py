@@ -278,6 +278,7 @@ class MemoryQueue(BaseQueue):
         """Run every due job in this thread, one at a time; returns how many
         attempts ran. Delayed and backed-off jobs stay queued until due."""
         from ..execution import Executor
+        from ..pending import Dispatcher
 
         manager = self._manager
         registry = registry or (manager.registry if manager is not None else None)
@@ -291,6 +292,7 @@ class MemoryQueue(BaseQueue):
             container if container is not None else _Container(),
             locks=manager.locks if manager is not None else None,
             sender=self,
+            dispatcher=manager if isinstance(manager, Dispatcher) else None,
         )
         ran = 0
         while True:

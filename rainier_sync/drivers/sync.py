@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from .. import _clock
 from ..errors import ConfigurationError
 from ..execution import Executor
+from ..pending import Dispatcher
 from ..types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
 from .base import BaseQueue, Binding, Capabilities, QueueDriver
 from .spec import BootContext, DriverSpec
@@ -42,7 +43,13 @@ class SyncQueue(BaseQueue):
         super().bind(manager, connection)
         self.registry = self.registry or manager.registry
         self.container = self.container or manager.container
-        self._executor = Executor(self.registry, self.container, locks=manager.locks, sender=self)
+        self._executor = Executor(
+            self.registry,
+            self.container,
+            locks=manager.locks,
+            sender=self,
+            dispatcher=manager if isinstance(manager, Dispatcher) else None,
+        )
 
     def _get_executor(self) -> Executor:
         if self._executor is None:

@@ -79,7 +79,7 @@ class Worker:
                     f"jobs {names} use middleware that keeps its state in a lock store, and the manager has none: "
                     "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
                 )
-        self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self)
+        self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self, dispatcher=manager)
         #: Dispatches the manager's periodic jobs as they fall due (``WorkerOptions.schedule``).
         self.scheduler = Scheduler(manager, self.connection_name) if self.options.schedule else None
         self.stats = WorkerStats()

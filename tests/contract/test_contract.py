@@ -529,3 +529,35 @@ def test_the_eviction_check_answers_or_is_refused(q: BaseQueue) -> None:
 
 def test_a_driver_that_reserves_renews_reservations(q: BaseQueue) -> None:
     assert q.reservation is None or q.capabilities.renews, "a reservation nothing can renew"
+
+
+# -- chains ------------------------------------------------------------------------------------------------
+@dataclass
+class Link(Job):
+    NAME = "contract.link"
+    TRIES = 1
+
+    n: int = 0
+    fail: bool = False
+    ran: ClassVar[list[int]] = []
+
+    def handle(self, context: JobContext) -> None:
+        Link.ran.append(self.n)
+        if self.fail:
+            raise RuntimeError(f"link {self.n} broke")
+
+
+@pytest.mark.parametrize("breaks", [False, True], ids=["succeeds", "breaks"])
+def test_a_chain_runs_its_links_in_order_and_a_failure_runs_catch_once(q: BaseQueue, breaks: bool) -> None:
+    Link.ran.clear()
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Link), locks=MemoryLockStore())
+    manager.chain([Link(1), Link(2, fail=breaks), Link(3)]).catch(Link(99)).dispatch()
+    expected = [1, 2, 99] if breaks else [1, 2, 3]
+    worker = Worker(manager, options=WorkerOptions(concurrency=2, sleep=0.05))
+    worker.start()
+    try:
+        _wait_for(lambda: len(Link.ran) >= len(expected), seconds=60, what=f"the links {expected} to run")
+    finally:
+        worker.stop(grace=5)
+        worker.join(15)
+    assert Link.ran == expected
