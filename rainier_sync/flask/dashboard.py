@@ -2,8 +2,8 @@
 
 It shows, per connection and queue, the ready / delayed / reserved / failed
 counts, a throughput chart (server-rendered SVG, nothing fetched from
-elsewhere), the failed jobs with retry and forget buttons, and a failed job's
-detail page.
+elsewhere), the failed jobs with retry and forget buttons, a failed job's
+detail page, and the manager's schedule (when it has one).
 
 Every request, static files included, is refused with 403 until the app gives
 an ``authorize`` callback that returns true for it, and with 503 while the
@@ -26,6 +26,7 @@ import binascii
 import datetime
 import hmac
 import json
+import math
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -217,6 +218,53 @@ def _connection_view(manager: QueueManager, name: str, driver: BaseQueue, limit:
     return view
 
 
+@dataclass
+class ScheduleRow:
+    name: str
+    #: :meth:`Entry.describe() <rainier_sync.schedule.Entry.describe>`: ``every 30s``, ``cron '*/5 * * * *' (UTC)``.
+    when: str
+    #: The next tick (seconds since the epoch); None when the cron expression has no more.
+    next_run: float | None
+    #: The latest tick and the job that holds its key, if one does.
+    last_tick: float | None = None
+    last_job: str | None = None
+
+
+@dataclass
+class ScheduleView:
+    rows: list[ScheduleRow] = field(default_factory=list)
+    #: Whether the last dispatched ticks can be read (the manager has a lock store).
+    tracked: bool = False
+    error: str | None = None
+
+
+def _schedule_view(manager: QueueManager) -> ScheduleView | None:
+    """The schedule's entries, their next run and, with a lock store, the tick last dispatched."""
+    from .. import _clock
+    from ..scheduler import Scheduler
+
+    schedule = manager.schedule
+    if schedule is None or not len(schedule):
+        return None
+    now = _clock.now()
+    view = ScheduleView(tracked=manager.locks is not None)
+    entries = list(schedule)
+    for entry in entries:
+        latest = entry.latest(now)
+        following = entry.following(now if latest is None else latest)
+        view.rows.append(ScheduleRow(entry.name, entry.describe(), following if math.isfinite(following) else None))
+    if view.tracked:
+        try:
+            scheduler = Scheduler(manager)
+            for row, entry in zip(view.rows, entries, strict=True):
+                held = scheduler.holder(entry, now)
+                if held is not None:
+                    row.last_tick, row.last_job = held
+        except Exception as exc:  # noqa: BLE001 - an unreachable lock store must not take the page down
+            view.error = f"{type(exc).__name__}: {exc}"
+    return view
+
+
 def _when(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -327,6 +375,7 @@ def index() -> str:
     return render_template(
         "rainier_sync/index.html",
         connections=views,
+        schedule=_schedule_view(manager),
         chart=build_chart(state.throughput),
         minutes=state.throughput.minutes,
         when=_when,

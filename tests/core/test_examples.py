@@ -29,3 +29,25 @@ def test_the_rate_limited_example_runs_every_job_once_within_the_limit() -> None
     deferred = int(lines[2].split()[1])
     assert deferred > 0 and lines[2].endswith("time(s): rate limit 'profile-api': 5 per 1.2s")
     assert lines[3] == f"processed 12, deferred {deferred}, failed 0"
+
+
+def test_the_scheduled_example_runs_each_tick_once_across_two_schedulers() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "scheduled.py")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "12:00:05 host A dispatched minutely (tick 12:00:00)",
+        "12:00:05 host A dispatched hourly (tick 12:00:00)",
+        "12:01:05 host B dispatched minutely (tick 12:01:00)",
+        "12:02:05 host A dispatched minutely (tick 12:02:00)",
+        "ran: hourly 12:00:00, minutely 12:00:00, minutely 12:01:00, minutely 12:02:00",
+        "processed 4, skipped 0",
+        "12:00:05 host A dispatched minutely (tick 12:00:00), then: the scheduler died here",
+        "12:00:06 host B found minutely (tick 12:00:00) free and dispatched it",
+        "12:00:06 host B found hourly (tick 12:00:00) free and dispatched it",
+        "queued: 3 jobs (two copies of the minutely tick)",
+        "ran: hourly 12:00:00, minutely 12:00:00",
+        "skipped a copy: schedule:minutely:2026-03-01T12:00:00+00:00 is held by the copy that ran",
+        "processed 2, skipped 1",
+    ]

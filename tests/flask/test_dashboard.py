@@ -401,3 +401,63 @@ def test_a_queue_is_paused_and_continued_from_the_dashboard() -> None:
     assert "Queue mail is paused" in page and '<span class="paused">paused</span>' in page
     done = client.post("/queues/primary/queues/mail/continue", data={"csrf_token": token})
     assert done.status_code == 303 and manager.paused("primary") == set()
+
+
+def test_the_schedule_is_listed_with_its_next_run_and_the_tick_last_dispatched() -> None:
+    from freezegun import freeze_time
+
+    from rainier_sync import Container, Schedule
+    from rainier_sync.locks import MemoryLockStore
+    from rainier_sync.scheduler import Scheduler
+
+    from .apps import registry
+
+    class Broken(MemoryLockStore):
+        def owner(self, key: str) -> str | None:
+            raise ConnectionError("lock store down")
+
+    def manager_with(locks: MemoryLockStore | None) -> QueueManager:
+        schedule = (
+            Schedule()
+            .every(60, RecordApp("tick"), name="minutely")
+            .cron("30 2 * * *", RecordApp("night"), name="nightly", tz="Europe/Berlin")
+        )
+        return QueueManager(
+            connections={"primary": MemoryQueue()}, registry=registry(), container=Container(), locks=locks,
+            schedule=schedule,
+        )
+
+    def rows(page: str) -> dict[str, str]:
+        return dict(re.findall(r'<tr data-entry="([^"]+)">(.*?)</tr>', page, re.S))
+
+    manager = manager_with(MemoryLockStore())
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    with freeze_time("2026-03-01 12:00:30"):
+        scheduler = Scheduler(manager)
+        scheduler.run_due()
+        sent = {name: job_id for name, _, job_id in scheduler.dispatched}
+        page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert 'id="schedule"' in page and "<th>Last dispatched</th>" in page
+    minutely, nightly = rows(page)["minutely"], rows(page)["nightly"]
+    assert '<td class="when">every 60s</td>' in minutely
+    assert '<td class="next">2026-03-01 12:01:00 UTC</td>' in minutely
+    assert f"2026-03-01 12:00:00 UTC<br><code>{sent['minutely']}</code>" in minutely
+    assert "cron &#39;30 2 * * *&#39; (Europe/Berlin)" in nightly
+    assert '<td class="next">2026-03-02 01:30:00 UTC</td>' in nightly, "02:30 in Berlin is 01:30 UTC in March"
+    assert f"2026-03-01 01:30:00 UTC<br><code>{sent['nightly']}</code>" in nightly
+
+    broken = manager_with(Broken())
+    app, _ = make_app(manager=broken, authorize=lambda: True)
+    response = app.test_client().get("/queues/")
+    page = response.get_data(as_text=True)
+    assert response.status_code == 200, "a lock store that cannot be read does not take the page down"
+    assert "could not be read from the lock store: ConnectionError: lock store down" in page
+    assert '<td class="last">unknown</td>' in rows(page)["minutely"]
+    assert 'id="connection-primary"' in page
+
+    app, _ = make_app(manager=manager_with(None), authorize=lambda: True)
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert "nightly" in page and "<th>Last dispatched</th>" not in page, "without a lock store nothing is dispatched"
+
+    app, _ = make_app(authorize=lambda: True)
+    assert 'id="schedule"' not in app.test_client().get("/queues/").get_data(as_text=True)
