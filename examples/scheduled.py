@@ -122,7 +122,7 @@ def main() -> int:
     signals.job_skipped.disconnect(skipped_one)
     print("ran: " + what_ran(schedulers))
     for reason in reasons:
-        key = reason.split()[1]  # "tick <key> belongs to job <id>"
+        key = reason.split()[0]  # "<key> is done by job <id>"
         print(f"skipped a copy: {key} is held by the copy that ran")
     print(f"processed {processed}, skipped {skipped}")
     second_ok = processed == 2 and skipped == 1 and len(Report.ran) == 2

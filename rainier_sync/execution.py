@@ -21,7 +21,7 @@ from . import _clock, signals
 from .chain import catch_job, hand_over, next_link
 from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
 from .job import Job, JobContext
-from .types import ExceptionInfo, FailedJob, QueuedJob
+from .types import ExceptionInfo, FailedJob, QueuedJob, encode
 
 if TYPE_CHECKING:
     from .container import Container
@@ -166,15 +166,18 @@ class Executor:
         job: Job | None = None
         error: BaseException | None = None
         interrupted = False
+        returned: list[Any] = []
         try:
             with self.attempt_context(queued):
                 job = self.build(queued)
                 chain = self.chain(queued, job)
                 if chain:
                     built = job
-                    self.through(chain, job, context, lambda: built.handle(context))
+                    self.through(chain, job, context, lambda: returned.append(built.handle(context)))
                 else:
-                    job.handle(context)
+                    returned.append(job.handle(context))
+                if returned and job.KEEP_RESULT is not None:
+                    check_result(job, returned[0])
         except (KeyboardInterrupt, SystemExit) as exc:
             error, interrupted = exc, True
         except BaseException as exc:  # noqa: BLE001 - any failure fails the attempt, not the worker
@@ -187,7 +190,7 @@ class Executor:
         if error is None and context.decision is not None:
             return decided(queued, context.decision, duration)
         # An interrupted last attempt fails like any other: releasing it would run it past TRIES, forever.
-        completion = self.conclude(queued, job, error, context, duration)
+        completion = self.conclude(queued, job, error, context, duration, value=returned[0] if returned else None)
         completion.interrupted = interrupted
         return completion
 
@@ -239,10 +242,13 @@ class Executor:
         info: ExceptionInfo | None = None,
         *,
         final: bool = False,
+        value: Any = None,
     ) -> Completion:
         """Decide what an attempt's outcome means: processed, released with a
         backoff, or failed (running ``failed()`` once, after the final attempt)."""
         if error is None and info is None:
+            if job is not None and job.KEEP_RESULT is not None:
+                self.keep_result(queued, job.KEEP_RESULT, {"status": "processed", "value": value})
             if not (queued.meta and "chain" in queued.meta):
                 return Completion(queued, PROCESSED, duration=duration)
             try:  # before the acknowledgement: a crash here runs the link, and this, again
@@ -269,12 +275,25 @@ class Executor:
                     job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
             except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
                 log.exception("%s.failed() raised; ignored", type(job).__qualname__)
+        keep = job.KEEP_RESULT if job is not None else getattr(self.registry.find(queued.name), "KEEP_RESULT", None)
+        if keep is not None:
+            self.keep_result(queued, keep, {"status": "failed", "error": info.error})
         if queued.meta and "chain" in queued.meta:
             try:
                 hand_over(self.dispatcher, catch_job(queued))
             except Exception:  # noqa: BLE001 - the link is failed whatever happens to its catch
                 log.exception("job %s (%s): could not queue the chain's catch job", queued.id, queued.name)
         return Completion(queued, FAILED, info=info, exception=error, duration=duration)
+
+    def keep_result(self, queued: QueuedJob, seconds: float, record: dict[str, Any]) -> None:
+        """Keep a finished job's result in the lock store (``KEEP_RESULT``)."""
+        if self.locks is None:
+            log.warning("job %s (%s) keeps its result, but there is no lock store for it", queued.id, queued.name)
+            return
+        try:
+            self.locks.put_value(result_key(queued.id), encode(record), seconds)
+        except Exception:  # noqa: BLE001 - the job's outcome stands; only its result is lost
+            log.exception("job %s (%s): its result could not be kept", queued.id, queued.name)
 
     def run_inline(self, job: QueuedJob, failed_store: Callable[[FailedJob], None] | None = None) -> str:
         """Run ``job`` now, in this thread, through all its attempts without
@@ -414,3 +433,19 @@ class Executor:
             self.locks.release(job.unique_key, job.unique_owner)
         except Exception as exc:  # noqa: BLE001 - the lock's own expiry is the net
             log.warning("could not release unique lock %s: %s", job.unique_key, exc)
+
+
+def result_key(job_id: str) -> str:
+    """Where a job's result is kept in the lock store."""
+    return f"result:{job_id}"
+
+
+def check_result(job: Job, value: Any) -> None:
+    """Refuse a return value of a ``KEEP_RESULT`` job that is not JSON, naming its type."""
+    try:
+        encode(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{type(job).__qualname__}.handle returned a {type(value).__name__}, which is not JSON "
+            f"(KEEP_RESULT keeps JSON only): {exc}"
+        ) from None

@@ -45,14 +45,17 @@ def check_count(name: str, value: Any, least: int) -> int:
 
 
 def check_job_class(job_class: type[Job]) -> None:
-    """Refuse a job class whose ``NAME``, ``QUEUE``, ``TRIES`` or ``PRIORITY`` no
-    worker could read back, with :class:`JobDefinitionError` naming the class."""
+    """Refuse a job class whose ``NAME``, ``QUEUE``, ``TRIES``, ``PRIORITY`` or
+    ``KEEP_RESULT`` no worker could read back, with :class:`JobDefinitionError` naming the class."""
     try:
         if "\x00" in job_class.NAME:
             raise ValueError(f"NAME {job_class.NAME!r} contains a NUL character, which no backend can store")
         check_queue_name(job_class.QUEUE)
         check_count("TRIES", job_class.TRIES, 1)
         check_count("PRIORITY", job_class.PRIORITY, -MAX_COUNT)
+        keep = job_class.KEEP_RESULT
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 < keep < 1e9):
+            raise ValueError(f"KEEP_RESULT must be a positive number of seconds or None, got {keep!r}")
     except (TypeError, ValueError) as exc:
         raise JobDefinitionError(f"{job_class.__qualname__}: {exc}") from None
 
@@ -108,6 +111,8 @@ class Job:
     - ``UNIQUE_FOR``: seconds a unique lock may outlive a dead worker (3600).
     - ``BACKOFF``: a strategy from :mod:`rainier_sync.backoff` or tenacity,
       used by the default :meth:`backoff`.
+    - ``KEEP_RESULT``: seconds to keep ``handle``'s return value (JSON) for
+      :meth:`~rainier_sync.QueueManager.result`; None (the default) keeps none.
     """
 
     NAME: ClassVar[str]
@@ -118,9 +123,11 @@ class Job:
     UNIQUE_FOR: ClassVar[float] = 3600
     BACKOFF: ClassVar[Any] = None
     MEMORY_LIMIT: ClassVar[int | None] = None
+    KEEP_RESULT: ClassVar[float | None] = None
 
-    def handle(self, context: JobContext) -> None:
-        """Do the work. Raising fails the attempt."""
+    def handle(self, context: JobContext) -> Any:
+        """Do the work. Raising fails the attempt; what it returns is kept only
+        with ``KEEP_RESULT`` (and must then be JSON)."""
         raise NotImplementedError(f"{type(self).__qualname__} does not define handle()")
 
     def backoff(self, attempt: int) -> float:

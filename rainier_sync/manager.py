@@ -19,11 +19,12 @@ from .errors import (
     UniqueLockHeldError,
     UnknownConnectionError,
 )
+from .execution import result_key
 from .job import Job, check_job_class, check_queue_name
 from .pending import PendingDispatch
 from .recording import PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
-from .types import QueuedJob
+from .types import QueuedJob, Result, decode
 
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
@@ -371,6 +372,7 @@ class QueueManager:
         driver = self.connection(name)
         if signals.job_dispatching.receivers:
             signals.emit(signals.job_dispatching, self, jobs=jobs, connection=name or self.default)
+        keeping = self.registry.keeping_results() and self._keeps(jobs)
         ids: list[str | None] = []
         locked: list[QueuedJob] = []
         to_push = self._admit(jobs, ids, locked)
@@ -391,7 +393,52 @@ class QueueManager:
         except BaseException:
             self._release_locks(locked)
             raise
+        if keeping:
+            self._mark_pending(to_push)
         return ids
+
+    def _keeps(self, jobs: list[QueuedJob]) -> bool:
+        """Whether any of ``jobs`` keeps a result; refused before anything is stored without a lock store."""
+        for queued in jobs:
+            cls = self.registry.find(queued.name)
+            if cls is not None and cls.KEEP_RESULT is not None:
+                if self.locks is None:
+                    raise ConfigurationError(
+                        f"job {queued.name!r} keeps its result (KEEP_RESULT), and the manager has no lock store to "
+                        "keep it in: give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
+                    )
+                return True
+        return False
+
+    def _mark_pending(self, jobs: list[QueuedJob]) -> None:
+        """Mark the queued jobs that keep a result as pending, so ``result()`` tells them from unknown ones."""
+        assert self.locks is not None
+        for queued in jobs:
+            cls = self.registry.find(queued.name)
+            if cls is not None and cls.KEEP_RESULT is not None:
+                # Kept while it waits and runs (a week), then as long as its result.
+                self.locks.put_value(result_key(queued.id), '{"status":"pending"}', 7 * 86400 + cls.KEEP_RESULT)
+
+    def result(self, job_id: str, wait: float | None = None) -> Result:
+        """The result of a job whose class keeps results (``KEEP_RESULT``):
+        ``Result(status, value, error)``, status ``pending``, ``processed``,
+        ``failed`` or ``unknown``. With ``wait``, waits up to that many seconds
+        while it is pending (woken when it finishes where the store can)."""
+        if self.locks is None:
+            raise ConfigurationError("results are kept in the lock store, and the manager has none: give it locks=")
+        key = result_key(job_id)
+
+        def finished(text: str | None) -> bool:
+            return text is None or decode(text).get("status") != "pending"
+
+        if wait is not None and wait > 0:
+            text = self.locks.wait_value(key, float(wait), finished)
+        else:
+            text = self.locks.get_value(key)
+        if text is None:
+            return Result("unknown")
+        record = decode(text)
+        return Result(str(record.get("status", "unknown")), record.get("value"), record.get("error"))
 
     def _stream(self, name: str | None, jobs: Iterable[Job], push_stream: Callable[[Any], None]) -> list[str | None]:
         """``dispatch_many`` of jobs none of which is unique, for a driver that stores

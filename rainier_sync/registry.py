@@ -17,6 +17,7 @@ class JobRegistry:
 
     def __init__(self) -> None:
         self._jobs: dict[str, type[Job]] = {}
+        self._keeping = False
 
     def register(self, job_class: J) -> J:
         if not isinstance(job_class, type) or not issubclass(job_class, Job):
@@ -57,6 +58,7 @@ class JobRegistry:
                     "handle(job, context, call_next)"
                 )
         self._jobs[name] = job_class
+        self._keeping = self._keeping or job_class.KEEP_RESULT is not None
         return job_class
 
     def with_job(self, job_class: type[Job]) -> JobRegistry:
@@ -88,8 +90,16 @@ class JobRegistry:
     def classes(self) -> list[type[Job]]:
         return list(self._jobs.values())
 
+    def keeping_results(self) -> bool:
+        """Whether any registered class keeps its results (``KEEP_RESULT``)."""
+        return self._keeping
+
     def needing_a_store(self) -> list[type[Job]]:
         """The registered classes whose middleware keeps state in a lock store."""
         from .middleware import StoreBacked, probe
 
-        return [cls for cls in self._jobs.values() if any(isinstance(m, StoreBacked) for m in probe(cls) or ())]
+        return [
+            cls
+            for cls in self._jobs.values()
+            if cls.KEEP_RESULT is not None or any(isinstance(m, StoreBacked) for m in probe(cls) or ())
+        ]

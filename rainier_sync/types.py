@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .errors import JobCrashedError, JobTimeoutError, PayloadError
 
-__all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "encode", "decode"]
+__all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "Result", "encode", "decode"]
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -352,3 +352,17 @@ class QueueCounts:
     @property
     def total(self) -> int:
         return self.ready + self.delayed + self.reserved
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :meth:`~rainier_sync.QueueManager.result` reports of a job.
+
+    ``status`` is ``"pending"`` (queued or running), ``"processed"`` (``value``
+    is what ``handle`` returned), ``"failed"`` (``error`` says why) or
+    ``"unknown"`` (no such job keeps a result, or its result expired).
+    """
+
+    status: str
+    value: Any = None
+    error: str | None = None

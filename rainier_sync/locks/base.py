@@ -4,9 +4,11 @@ and paused queues."""
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from typing import Sequence
+from typing import Callable, Sequence
 
+from .. import _clock
 from ..errors import CapabilityError
 
 __all__ = ["LockStore"]
@@ -73,6 +75,30 @@ class LockStore(ABC):
     def flags(self, group: str) -> set[str]:
         """The members of ``group`` whose flags are raised."""
         raise self._cannot("keep flags (flags)")
+
+    # -- values: job results ------------------------------------------------------------
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        """Keep ``value`` under ``key`` for ``ttl`` seconds, replacing what was there,
+        and wake whoever waits for it."""
+        raise self._cannot("keep values (put_value)")
+
+    def get_value(self, key: str) -> str | None:
+        """The value under ``key``, or None when there is none (or it expired)."""
+        raise self._cannot("keep values (get_value)")
+
+    def wait_value(self, key: str, timeout: float, done: Callable[[str | None], bool]) -> str | None:
+        """Wait up to ``timeout`` seconds until ``done(value)`` holds for the value
+        under ``key``; returns the last value read. This default polls, from 2 ms
+        up to 50 ms between reads; a store that can be woken overrides it."""
+        deadline = _clock.monotonic() + max(0.0, timeout)
+        pause = 0.002
+        while True:
+            value = self.get_value(key)
+            left = deadline - _clock.monotonic()
+            if done(value) or left <= 0:
+                return value
+            time.sleep(min(pause, left))
+            pause = min(pause * 1.5, 0.05)
 
     def _cannot(self, what: str) -> CapabilityError:
         return CapabilityError(f"{type(self).__name__} cannot {what}")

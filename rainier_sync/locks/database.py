@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _clock
 from ..drivers.database._connection import MYSQL, SQLITE, DatabaseUrl
-from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, WINDOWS, migrate
+from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, VALUES, WINDOWS, migrate
 from ..drivers.database.backend import _Backend
 from ..types import float_text
 from .base import LockStore
@@ -168,6 +168,26 @@ class DatabaseLockStore(LockStore):
     def flags(self, group: str) -> set[str]:
         rows = self._backend.query(f"SELECT member FROM {FLAGS} WHERE flag_group = %s", (group,))
         return {str(row[0]) for row in rows}
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        ttl = float(ttl)
+        if self.dialect == MYSQL:
+            sql = (
+                f"INSERT INTO {VALUES} (value_key, value, expires_at) VALUES (%s, %s, %s) "
+                "ON DUPLICATE KEY UPDATE value = VALUES(value), expires_at = VALUES(expires_at)"
+            )
+        else:
+            sql = (
+                f"INSERT INTO {VALUES} (value_key, value, expires_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (value_key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at"
+            )
+        self._backend.stamped(sql, lambda: (key, value, _clock.now() + ttl))
+
+    def get_value(self, key: str) -> str | None:
+        rows = self._backend.query(
+            f"SELECT value FROM {VALUES} WHERE value_key = %s AND expires_at > %s", lambda: (key, _clock.now())
+        )
+        return str(rows[0][0]) if rows else None
 
     @property
     def _for_update(self) -> str:

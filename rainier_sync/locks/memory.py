@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from typing import Callable
 
 from .. import _clock
 from .base import LockStore
@@ -20,7 +21,9 @@ class MemoryLockStore(LockStore):
         self._windows: dict[str, collections.deque[float]] = {}
         self._counts: dict[str, tuple[int, float]] = {}
         self._flags: dict[str, set[str]] = {}
+        self._values: dict[str, tuple[str, float]] = {}
         self._mutex = threading.Lock()
+        self._changed = threading.Condition(self._mutex)
 
     def _live(self, key: str, now: float) -> tuple[str, float] | None:
         held = self._locks.get(key)
@@ -98,3 +101,28 @@ class MemoryLockStore(LockStore):
     def flags(self, group: str) -> set[str]:
         with self._mutex:
             return set(self._flags.get(group, ()))
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        with self._mutex:
+            self._values[key] = (value, _clock.now() + float(ttl))
+            self._changed.notify_all()
+
+    def get_value(self, key: str) -> str | None:
+        with self._mutex:
+            return self._live_value(key)
+
+    def _live_value(self, key: str) -> str | None:
+        held = self._values.get(key)
+        if held is None or held[1] <= _clock.now():
+            return None
+        return held[0]
+
+    def wait_value(self, key: str, timeout: float, done: Callable[[str | None], bool]) -> str | None:
+        deadline = _clock.monotonic() + max(0.0, timeout)
+        with self._mutex:
+            while True:
+                value = self._live_value(key)
+                left = deadline - _clock.monotonic()
+                if done(value) or left <= 0:
+                    return value
+                self._changed.wait(min(left, 1.0))

@@ -4,7 +4,8 @@ process that names the same Redis.
 
 Keys, under the store's ``prefix`` ``P``: ``P<key>`` a lock (its owner token,
 expiring by ``PX``); ``Pwindow:<key>`` a sliding window (sorted set of starts);
-``Pcount:<key>`` a counter (hash); ``Pflags:<group>`` a set of raised flags.
+``Pcount:<key>`` a counter (hash); ``Pflags:<group>`` a set of raised flags;
+``Pvalue:<key>`` a kept value (a job's result) and ``Pvalue:<key>:ready`` its wake-up list.
 """
 
 from __future__ import annotations
@@ -197,6 +198,45 @@ class RedisLockStore(LockStore):
     def flags(self, group: str) -> set[str]:
         members: Any = self._call(f"flags of {group!r}", lambda: self._client.smembers(self._key("flags:" + group)))
         return {m.decode() if isinstance(m, bytes) else str(m) for m in members}
+
+    # -- values: a hash under ``Pvalue:<key>`` (the value and when it lapses, by the
+    # library's clock); ``Pvalue:<key>:ready`` a list a waiter blocks on, pushed
+    # to when the value is put.
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        name, px = self._key("value:" + key), _ttl_ms(ttl, key)
+
+        def attempt() -> None:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.delete(name)
+            pipe.hset(name, mapping={"v": value, "until": repr(_clock.now() + float(ttl))})
+            pipe.pexpire(name, px + int(_IDLE_KEEP * 1000))
+            pipe.delete(name + ":ready")
+            pipe.rpush(name + ":ready", "1")
+            pipe.pexpire(name + ":ready", 60_000)
+            pipe.execute()
+
+        self._call(f"value {key!r}", attempt)
+
+    def get_value(self, key: str) -> str | None:
+        got: Any = self._call(f"value {key!r}", lambda: self._client.hmget(self._key("value:" + key), "v", "until"))
+        if got[0] is None or float(got[1]) <= _clock.now():
+            return None
+        return got[0].decode() if isinstance(got[0], bytes) else str(got[0])
+
+    def wait_value(self, key: str, timeout: float, done: Callable[[str | None], bool]) -> str | None:
+        """Blocks on the value's ready list (``BLPOP``) between reads: woken when it is put."""
+        ready = self._key("value:" + key) + ":ready"
+        deadline = _clock.monotonic() + max(0.0, timeout)
+        while True:
+            value = self.get_value(key)
+            left = deadline - _clock.monotonic()
+            if done(value) or left <= 0:
+                return value
+            # Short blocks: the connection's response timeout may be shorter than the wait.
+            block = min(left, 1.0)
+            popped = self._call(f"wait for {key!r}", lambda: self._client.blpop([ready], timeout=block))  # noqa: B023
+            if popped:
+                self._call(f"wait for {key!r}", lambda: self._client.rpush(ready, "1"))  # for other waiters
 
     def close(self) -> None:
         self._client.close()

@@ -22,7 +22,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigurationError, PayloadError, RainierError, UnknownJobError
-from ..execution import context_for
+from ..execution import check_result, context_for
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 
 if TYPE_CHECKING:
@@ -335,6 +335,7 @@ def _child_attempt(
 ) -> dict[str, Any]:
     started = time.monotonic()
     limit_set = None
+    returned: Any = None
     signal.signal(signal.SIGTERM, _on_sigterm)  # an earlier job in this child may have changed it
     try:
         queued = QueuedJob.from_wire(message["job"], connection=str(message.get("connection", "default")))
@@ -352,7 +353,9 @@ def _child_attempt(
             resource.setrlimit(resource.RLIMIT_AS, (memory if hard < 0 else min(memory, hard), hard))
             limit_set = previous
         try:
-            job.handle(context)
+            returned = job.handle(context)
+            if job.KEEP_RESULT is not None:
+                check_result(job, returned)
         finally:
             if limit_set is not None:
                 resource.setrlimit(resource.RLIMIT_AS, limit_set)
@@ -368,4 +371,7 @@ def _child_attempt(
             "unknown": isinstance(exc, UnknownJobError),
             "duration": time.monotonic() - started,
         }
-    return {"op": "done", "ok": True, "duration": time.monotonic() - started}
+    done: dict[str, Any] = {"op": "done", "ok": True, "duration": time.monotonic() - started}
+    if job.KEEP_RESULT is not None:
+        done["value"] = returned
+    return done

@@ -76,7 +76,7 @@ class Worker:
             if needing:
                 names = ", ".join(sorted(cls.NAME for cls in needing))
                 raise ConfigurationError(
-                    f"jobs {names} use middleware that keeps its state in a lock store, and the manager has none: "
+                    f"jobs {names} keep state in a lock store (middleware, KEEP_RESULT), and the manager has none: "
                     "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
                 )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self, dispatcher=manager)

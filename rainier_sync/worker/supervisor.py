@@ -373,7 +373,7 @@ class Supervisor:
                 )
             return executor.conclude(queued, job, error, context, duration, info=timed_out)
         if outcome.get("ok"):
-            return executor.conclude(queued, job, None, context, duration)
+            return executor.conclude(queued, job, None, context, duration, value=outcome.get("value"))
         info = ExceptionInfo.from_dict(outcome.get("error"))
         permanent: BaseException | None = None
         if outcome.get("permanent"):

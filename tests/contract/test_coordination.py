@@ -125,3 +125,23 @@ def test_flags_are_raised_and_lowered_per_group(store: LockStore) -> None:
     store.set_flag(group, "mail", False)
     store.set_flag(group, "never-raised", False)
     assert store.flags(group) == {"reports"}
+
+
+def test_a_value_is_kept_replaced_and_expires(store: LockStore) -> None:
+    name = key()
+    with freeze_time("2026-01-01 00:00:00") as clock:
+        assert store.get_value(name) is None
+        store.put_value(name, '{"status":"pending"}', 60)
+        assert store.get_value(name) == '{"status":"pending"}'
+        store.put_value(name, '{"status":"processed","value":"é ✓"}', 60)
+        assert store.get_value(name) == '{"status":"processed","value":"é ✓"}'
+        clock.tick(61)
+        assert store.get_value(name) is None
+
+
+def test_a_waiter_is_woken_when_the_value_is_put(store: LockStore) -> None:
+    name = key()
+    store.put_value(name, "pending", 60)
+    assert store.wait_value(name, 0.05, lambda v: v != "pending") == "pending", "times out with the last value"
+    threading.Timer(0.2, store.put_value, args=(name, "done", 60)).start()
+    assert store.wait_value(name, 10, lambda v: v != "pending") == "done"

@@ -288,7 +288,8 @@ def test_a_middleware_without_handle_is_refused_at_registration() -> None:
 
 def test_a_worker_without_a_lock_store_refuses_jobs_that_need_one() -> None:
     manager, _ = build(Limited, Account, locks=None)
-    with pytest.raises(ConfigurationError, match=r"jobs mw.limited use middleware .* give QueueManager locks="):
+    said = r"jobs mw.limited keep state in a lock store \(middleware, KEEP_RESULT\).* give QueueManager locks="
+    with pytest.raises(ConfigurationError, match=said):
         Worker(manager)
 
 

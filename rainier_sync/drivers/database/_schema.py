@@ -23,6 +23,7 @@ LOCKS = "rainier_locks"
 WINDOWS = "rainier_windows"
 COUNTERS = "rainier_counters"
 FLAGS = "rainier_flags"
+VALUES = "rainier_values"
 MIGRATIONS = "rainier_migrations"
 #: The PostgreSQL channel a dispatch notifies, in its own transaction (payload: the queue).
 CHANNEL = "rainier_jobs"
@@ -179,9 +180,27 @@ _V2 = {
     ),
 }
 
+# Version 3: the lock store's values (job results).
+_V3 = {
+    POSTGRESQL: (
+        f"""CREATE TABLE IF NOT EXISTS {VALUES} (
+            value_key TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL)""",
+    ),
+    SQLITE: (
+        f"""CREATE TABLE IF NOT EXISTS {VALUES} (
+            value_key TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at REAL NOT NULL)""",
+    ),
+    MYSQL: (
+        f"""CREATE TABLE IF NOT EXISTS {VALUES} (
+            value_key VARCHAR(191) NOT NULL PRIMARY KEY, value LONGTEXT NOT NULL, expires_at DOUBLE NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    ),
+}
+
 MIGRATION_LIST: tuple[Migration, ...] = (
     Migration(1, "create_queue_tables", {POSTGRESQL: _PG_V1, SQLITE: _SQLITE_V1, MYSQL: _MYSQL_V1}),
     Migration(2, "create_coordination_tables", _V2),
+    Migration(3, "create_value_table", _V3),
 )
 
 _BOOKKEEPING = {
