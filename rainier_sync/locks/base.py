@@ -100,6 +100,26 @@ class LockStore(ABC):
             time.sleep(min(pause, left))
             pause = min(pause * 1.5, 0.05)
 
+    # -- tallies: a batch's counts ----------------------------------------------------------
+    def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
+        """Add ``counts`` to the named counts under ``key``, all at once; they
+        are kept ``ttl`` seconds from now. Returns every count under ``key``."""
+        raise self._cannot("keep tallies (tally_add)")
+
+    def tally_settle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        """Once per ``member``: add one to ``field`` and take one from ``pending``,
+        all at once. Returns every count, and whether ``member`` was new (a
+        member seen before changes nothing)."""
+        raise self._cannot("keep tallies (tally_settle)")
+
+    def tally(self, key: str) -> dict[str, int] | None:
+        """The counts under ``key``, or None when there are none."""
+        raise self._cannot("keep tallies (tally)")
+
+    def prune(self) -> int:
+        """Delete what has expired, where the store does not on its own; how many went."""
+        return 0
+
     def _cannot(self, what: str) -> CapabilityError:
         return CapabilityError(f"{type(self).__name__} cannot {what}")
 

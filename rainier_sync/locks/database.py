@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _clock
 from ..drivers.database._connection import MYSQL, SQLITE, DatabaseUrl
-from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, VALUES, WINDOWS, migrate
+from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, TALLIES, TALLY_MEMBERS, VALUES, WINDOWS, migrate
 from ..drivers.database.backend import _Backend
 from ..types import float_text
 from .base import LockStore
@@ -188,6 +188,67 @@ class DatabaseLockStore(LockStore):
             f"SELECT value FROM {VALUES} WHERE value_key = %s AND expires_at > %s", lambda: (key, _clock.now())
         )
         return str(rows[0][0]) if rows else None
+
+    # -- tallies: each change one transaction holding the tally's rows
+    def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
+        sql, ttl = self._backend.sql, float(ttl)
+
+        def add(cursor: Any) -> dict[str, int]:
+            until = _clock.now() + ttl
+            for field, n in counts.items():
+                cursor.execute(
+                    sql(self._insert_absent(TALLIES, "tally_key, field, n, expires_at", "%s, %s, 0, %s")),
+                    (key, field, until),
+                )
+                cursor.execute(
+                    sql(f"UPDATE {TALLIES} SET n = n + %s WHERE tally_key = %s AND field = %s"), (int(n), key, field)
+                )
+            return self._touch(cursor, key, until)
+
+        return self._backend.transaction(add)
+
+    def tally_settle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        sql, ttl = self._backend.sql, float(ttl)
+
+        def settle(cursor: Any) -> tuple[dict[str, int], bool]:
+            until = _clock.now() + ttl
+            cursor.execute(
+                sql(self._insert_absent(TALLY_MEMBERS, "tally_key, member, expires_at", "%s, %s, %s")),
+                (key, member, until),
+            )
+            new = cursor.rowcount == 1
+            if new:
+                for name, n in ((field, 1), ("pending", -1)):
+                    update = sql(f"UPDATE {TALLIES} SET n = n + %s WHERE tally_key = %s AND field = %s")
+                    cursor.execute(update, (n, key, name))
+                    if cursor.rowcount == 0:  # a count the tally did not start with
+                        cursor.execute(
+                            sql(self._insert_absent(TALLIES, "tally_key, field, n, expires_at", "%s, %s, 0, %s")),
+                            (key, name, until),
+                        )
+                        cursor.execute(update, (n, key, name))
+            return self._touch(cursor, key, until), new
+
+        return self._backend.transaction(settle)
+
+    def _touch(self, cursor: Any, key: str, until: float) -> dict[str, int]:
+        sql = self._backend.sql
+        cursor.execute(sql(f"UPDATE {TALLIES} SET expires_at = %s WHERE tally_key = %s"), (until, key))
+        cursor.execute(sql(f"SELECT field, n FROM {TALLIES} WHERE tally_key = %s"), (key,))
+        return {str(field): int(n) for field, n in cursor.fetchall()}
+
+    def tally(self, key: str) -> dict[str, int] | None:
+        rows = self._backend.query(
+            f"SELECT field, n FROM {TALLIES} WHERE tally_key = %s AND expires_at > %s", lambda: (key, _clock.now())
+        )
+        return {str(field): int(n) for field, n in rows} or None
+
+    def prune(self) -> int:
+        """Delete expired values and tallies (locks and windows stay small on their own)."""
+        gone = 0
+        for table in (VALUES, TALLIES, TALLY_MEMBERS):
+            gone += self._backend.execute(f"DELETE FROM {table} WHERE expires_at <= %s", (_clock.now(),))
+        return gone
 
     @property
     def _for_update(self) -> str:

@@ -22,6 +22,7 @@ class MemoryLockStore(LockStore):
         self._counts: dict[str, tuple[int, float]] = {}
         self._flags: dict[str, set[str]] = {}
         self._values: dict[str, tuple[str, float]] = {}
+        self._tallies: dict[str, tuple[dict[str, int], set[str], float]] = {}
         self._mutex = threading.Lock()
         self._changed = threading.Condition(self._mutex)
 
@@ -126,3 +127,32 @@ class MemoryLockStore(LockStore):
                 if done(value) or left <= 0:
                     return value
                 self._changed.wait(min(left, 1.0))
+
+    def _tally(self, key: str, ttl: float) -> tuple[dict[str, int], set[str]]:
+        held = self._tallies.get(key)
+        now = _clock.now()
+        counts, members = (held[0], held[1]) if held is not None and held[2] > now else ({}, set())
+        self._tallies[key] = (counts, members, now + float(ttl))
+        return counts, members
+
+    def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
+        with self._mutex:
+            held, _ = self._tally(key, ttl)
+            for field, n in counts.items():
+                held[field] = held.get(field, 0) + int(n)
+            return dict(held)
+
+    def tally_settle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        with self._mutex:
+            held, members = self._tally(key, ttl)
+            new = member not in members
+            if new:
+                members.add(member)
+                held[field] = held.get(field, 0) + 1
+                held["pending"] = held.get("pending", 0) - 1
+            return dict(held), new
+
+    def tally(self, key: str) -> dict[str, int] | None:
+        with self._mutex:
+            held = self._tallies.get(key)
+            return dict(held[0]) if held is not None and held[2] > _clock.now() else None

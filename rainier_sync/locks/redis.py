@@ -62,6 +62,8 @@ class RedisLockStore(LockStore):
         self._renew = client.register_script(source("lock_renew"))
         self._take = client.register_script(source("lock_take"))
         self._count = client.register_script(source("lock_count"))
+        self._tally_add = client.register_script(source("tally_add"))
+        self._tally_settle = client.register_script(source("tally_settle"))
         self._policy = _Reconnect()
 
     @classmethod
@@ -238,5 +240,37 @@ class RedisLockStore(LockStore):
             if popped:
                 self._call(f"wait for {key!r}", lambda: self._client.rpush(ready, "1"))  # for other waiters
 
+    # -- tallies: ``Ptally:<key>`` a hash of counts, ``Ptally:<key>:members`` the members settled
+    def _tally_keys(self, key: str) -> list[str]:
+        name = self._key("tally:" + key)
+        return [name, name + ":members"]
+
+    def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
+        keys = self._tally_keys(key)
+        args: list[Any] = [_ttl_ms(ttl, key)]
+        for field, n in counts.items():
+            args += [field, int(n)]
+        return _counts(self._call(f"tally {key!r}", lambda: self._tally_add(keys=keys, args=args)))
+
+    def tally_settle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        keys = self._tally_keys(key)
+        reply: Any = self._call(
+            f"tally {key!r}", lambda: self._tally_settle(keys=keys, args=[member, field, _ttl_ms(ttl, key)])
+        )
+        return _counts(reply[1:]), bool(reply[0])
+
+    def tally(self, key: str) -> dict[str, int] | None:
+        got: Any = self._call(f"tally {key!r}", lambda: self._client.hgetall(self._tally_keys(key)[0]))
+        return {_text(k): int(v) for k, v in got.items()} if got else None
+
     def close(self) -> None:
         self._client.close()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _counts(flat: Any) -> dict[str, int]:
+    """A flat ``HGETALL`` reply as counts."""
+    return {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}

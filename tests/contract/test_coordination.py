@@ -145,3 +145,38 @@ def test_a_waiter_is_woken_when_the_value_is_put(store: LockStore) -> None:
     assert store.wait_value(name, 0.05, lambda v: v != "pending") == "pending", "times out with the last value"
     threading.Timer(0.2, store.put_value, args=(name, "done", 60)).start()
     assert store.wait_value(name, 10, lambda v: v != "pending") == "done"
+
+
+def test_a_tally_counts_each_member_once(store: LockStore) -> None:
+    name = key()
+    assert store.tally(name) is None
+    start = {"total": 3, "pending": 3, "processed": 0, "failed": 0}
+    assert store.tally_add(name, start, 3600) == start
+    counts, new = store.tally_settle(name, "job-1", "processed", 3600)
+    assert new and counts == {"total": 3, "pending": 2, "processed": 1, "failed": 0}
+    counts, new = store.tally_settle(name, "job-1", "processed", 3600)
+    assert not new and counts["pending"] == 2 and counts["processed"] == 1, "a member settles once"
+    counts, new = store.tally_settle(name, "job-2", "failed", 3600)
+    assert new and (counts["pending"], counts["failed"]) == (1, 1)
+    assert store.tally_add(name, {"total": 2, "pending": 2}, 3600)["pending"] == 3
+    assert store.tally(name) == {"total": 5, "pending": 3, "processed": 1, "failed": 1}
+
+
+def test_a_tally_settled_from_many_threads_is_exact(store: LockStore) -> None:
+    name = key()
+    store.tally_add(name, {"total": 40, "pending": 40, "processed": 0, "failed": 0}, 3600)
+    news: list[bool] = []
+    barrier = threading.Barrier(4)
+
+    def settle(offset: int) -> None:
+        barrier.wait()
+        for n in range(40):  # every thread settles every member: each counts once
+            news.append(store.tally_settle(name, f"job-{(n + offset) % 40}", "processed", 3600)[1])
+
+    threads = [threading.Thread(target=settle, args=(i * 10,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert news.count(True) == 40
+    assert store.tally(name) == {"total": 40, "pending": 0, "processed": 40, "failed": 0}

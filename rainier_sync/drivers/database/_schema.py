@@ -24,6 +24,8 @@ WINDOWS = "rainier_windows"
 COUNTERS = "rainier_counters"
 FLAGS = "rainier_flags"
 VALUES = "rainier_values"
+TALLIES = "rainier_tallies"
+TALLY_MEMBERS = "rainier_tally_members"
 MIGRATIONS = "rainier_migrations"
 #: The PostgreSQL channel a dispatch notifies, in its own transaction (payload: the queue).
 CHANNEL = "rainier_jobs"
@@ -197,10 +199,41 @@ _V3 = {
     ),
 }
 
+# Version 4: the lock store's tallies (a batch's counts, and the jobs already counted).
+_V4 = {
+    POSTGRESQL: (
+        f"""CREATE TABLE IF NOT EXISTS {TALLIES} (
+            tally_key TEXT NOT NULL, field TEXT NOT NULL, n BIGINT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (tally_key, field))""",
+        f"""CREATE TABLE IF NOT EXISTS {TALLY_MEMBERS} (
+            tally_key TEXT NOT NULL, member TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (tally_key, member))""",
+    ),
+    SQLITE: (
+        f"""CREATE TABLE IF NOT EXISTS {TALLIES} (
+            tally_key TEXT NOT NULL, field TEXT NOT NULL, n INTEGER NOT NULL,
+            expires_at REAL NOT NULL, PRIMARY KEY (tally_key, field))""",
+        f"""CREATE TABLE IF NOT EXISTS {TALLY_MEMBERS} (
+            tally_key TEXT NOT NULL, member TEXT NOT NULL, expires_at REAL NOT NULL,
+            PRIMARY KEY (tally_key, member))""",
+    ),
+    MYSQL: (
+        f"""CREATE TABLE IF NOT EXISTS {TALLIES} (
+            tally_key VARCHAR(191) NOT NULL, field VARCHAR(64) NOT NULL, n BIGINT NOT NULL,
+            expires_at DOUBLE NOT NULL, PRIMARY KEY (tally_key, field)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+        f"""CREATE TABLE IF NOT EXISTS {TALLY_MEMBERS} (
+            tally_key VARCHAR(191) NOT NULL, member VARCHAR(64) NOT NULL, expires_at DOUBLE NOT NULL,
+            PRIMARY KEY (tally_key, member)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    ),
+}
+
 MIGRATION_LIST: tuple[Migration, ...] = (
     Migration(1, "create_queue_tables", {POSTGRESQL: _PG_V1, SQLITE: _SQLITE_V1, MYSQL: _MYSQL_V1}),
     Migration(2, "create_coordination_tables", _V2),
     Migration(3, "create_value_table", _V3),
+    Migration(4, "create_tally_tables", _V4),
 )
 
 _BOOKKEEPING = {
