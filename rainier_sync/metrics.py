@@ -73,7 +73,8 @@ class QueueDepthCollector(Collector):
         self.interval = interval
         self.name = f"{namespace}rainier_sync_queue_jobs"
         self._seen: dict[str, set[str]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _seen
+        self._sampling = threading.Lock()  # one backend read at a time; held across I/O
         self._sampled_at: float | None = None
         self._samples: list[tuple[str, str, str, int]] = []
 
@@ -96,7 +97,7 @@ class QueueDepthCollector(Collector):
 
     def sample(self) -> list[tuple[str, str, str, int]]:
         """``(connection, queue, state, count)`` rows, at most ``interval`` seconds old."""
-        with self._lock:
+        with self._sampling:
             now = _clock.monotonic()
             if self._sampled_at is not None and now - self._sampled_at < self.interval:
                 return self._samples
@@ -114,7 +115,8 @@ class QueueDepthCollector(Collector):
                 except Exception as exc:  # noqa: BLE001 - a scrape must not fail for one backend
                     log.warning("queue depth: could not list the queues of %r: %s", connection, exc)
                     queues = set()
-                queues |= self._seen.get(connection, set())
+                with self._lock:
+                    queues |= self._seen.get(connection, set())
             for queue in sorted(queues):
                 try:
                     counts = driver.counts(queue)
