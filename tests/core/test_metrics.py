@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -18,6 +20,8 @@ from rainier_sync.metrics import Metrics, install_metrics
 from rainier_sync.middleware import Skip
 
 from . import jobs
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -171,3 +175,47 @@ def test_import_rainier_sync_loads_neither_prometheus_nor_opentelemetry() -> Non
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_multiprocess_mode_aggregates_what_worker_processes_counted(tmp_path: Any) -> None:
+    # Given a worker process that counts into PROMETHEUS_MULTIPROC_DIR
+    worker = textwrap.dedent(
+        """
+        from rainier_sync import QueueManager, Worker, WorkerOptions
+        from rainier_sync.drivers import MemoryQueue
+        from rainier_sync.metrics import install_metrics
+        from tests.core import jobs
+
+        manager = QueueManager({"main": MemoryQueue()}, "main")
+        manager.registry.register(jobs.Record)
+        install_metrics()
+        manager.dispatch(jobs.Record())
+        assert Worker(manager, options=WorkerOptions(once=True)).run().processed == 1
+        """
+    )
+    # When another process reads the directory
+    reader = textwrap.dedent(
+        """
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        labels = {"job": "tests.record", "queue": "default", "connection": "main"}
+        print(registry.get_sample_value("rainier_sync_jobs_total", {**labels, "outcome": "processed"}),
+              registry.get_sample_value("rainier_sync_job_run_seconds_count", {**labels, "outcome": "processed"}))
+        """
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+
+    def python(code: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", code]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+
+    for _ in range(2):
+        done = python(worker)
+        assert done.returncode == 0, done.stderr
+    done = python(reader)
+    # Then it sees both processes' counts
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2.0", "2.0"]
