@@ -43,3 +43,28 @@ def test_the_command_line_answers_help_and_version() -> None:
         done = subprocess.run([sys.executable, "-m", "rainier_sync", *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert "rainier-sync" in done.stdout
+
+
+def test_metrics_and_tracing_name_their_extra_when_it_is_missing() -> None:
+    done = run(
+        """
+        class BlockTelemetry:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {"prometheus_client", "opentelemetry"}:
+                    raise ImportError(f"blocked: {name}")
+                return None
+        sys.meta_path.insert(0, BlockTelemetry())
+        import rainier_sync
+        from rainier_sync.errors import DriverUnavailableError
+        for module in ("rainier_sync.metrics", "rainier_sync.tracing"):
+            try:
+                __import__(module)
+            except DriverUnavailableError as exc:
+                print(exc)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "rainier_sync.metrics needs prometheus_client: pip install 'rainier_sync[prometheus]'",
+        "rainier_sync.tracing needs opentelemetry-api: pip install 'rainier_sync[otel]'",
+    ]
