@@ -30,7 +30,7 @@ from .types import QueuedJob
 if TYPE_CHECKING:
     from .pending import Dispatcher
 
-__all__ = ["PendingChain", "next_link", "catch_job"]
+__all__ = ["PendingChain", "next_link", "catch_job", "fresh_copy", "hand_over"]
 
 Link = Job | PendingDispatch
 
@@ -121,7 +121,7 @@ def next_link(finished: QueuedJob) -> tuple[str | None, QueuedJob] | None:
     if not isinstance(chain, dict) or not chain.get("rest"):
         return None
     connection, wire, delay = chain["rest"][0]
-    job = _fresh(wire, connection, float(delay))
+    job = fresh_copy(wire, connection, float(delay))
     job.meta = _meta(chain["id"], int(chain["step"]) + 1, chain["rest"][1:], chain.get("catch"))
     return connection, job
 
@@ -132,12 +132,13 @@ def catch_job(failed: QueuedJob) -> tuple[str | None, QueuedJob] | None:
     if not isinstance(chain, dict) or not chain.get("catch"):
         return None
     connection, wire = chain["catch"]
-    job = _fresh(wire, connection, 0.0)
+    job = fresh_copy(wire, connection, 0.0)
     job.meta = {"once": f"chain:{chain['id']}:catch", "hold": DEFAULT_HOLD}
     return connection, job
 
 
-def _fresh(wire: dict[str, Any], connection: str | None, delay: float) -> QueuedJob:
+def fresh_copy(wire: dict[str, Any], connection: str | None, delay: float) -> QueuedJob:
+    """A new job (its own id, no attempts) from an envelope kept for later."""
     job = QueuedJob.from_wire(wire, connection=connection or "default")
     now = _clock.now()
     job.id = os.urandom(16).hex()

@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
+from .batch import BatchGuard
+from .batch import loader as batch_loader
+from .batch import settle as settle_in_batch
 from .chain import catch_job, hand_over, next_link
 from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
 from .job import Job, JobContext
+from .once import OnceGuard
 from .types import ExceptionInfo, FailedJob, QueuedJob, encode
 
 if TYPE_CHECKING:
@@ -127,7 +131,10 @@ class Executor:
         return job_class.from_payload(queued.payload)
 
     def context(self, queued: QueuedJob, stop_requested: threading.Event | None = None) -> JobContext:
-        return context_for(self.container, queued, stop_requested)
+        context = context_for(self.container, queued, stop_requested)
+        if queued.meta and "batch" in queued.meta and self.dispatcher is not None:
+            context.batch_loader = batch_loader(self.dispatcher, str(queued.meta["batch"]))
+        return context
 
     def lost(self, queued: QueuedJob) -> Completion | None:
         """Settle a job handed out with its attempts used up, without running it.
@@ -199,10 +206,12 @@ class Executor:
         :class:`~rainier_sync.once.OnceGuard` when the job is one copy of work
         that must run once (a schedule's tick, a chain's link)."""
         chain = list(job.middleware())
-        if queued.meta and ("once" in queued.meta or "tick" in queued.meta):
-            from .once import OnceGuard
-
-            chain.insert(0, OnceGuard(self.locks, queued.meta))
+        meta = queued.meta
+        if meta:
+            if "batch" in meta:
+                chain.insert(0, BatchGuard(self.locks, self.dispatcher, queued))
+            if "once" in meta or "tick" in meta:
+                chain.insert(0, OnceGuard(self.locks, meta))
         return chain
 
     def through(self, chain: list[Any], job: Job, context: JobContext, last: Callable[[], None]) -> None:
@@ -249,13 +258,17 @@ class Executor:
         if error is None and info is None:
             if job is not None and job.KEEP_RESULT is not None:
                 self.keep_result(queued, job.KEEP_RESULT, {"status": "processed", "value": value})
-            if not (queued.meta and "chain" in queued.meta):
+            meta = queued.meta
+            if not meta or ("chain" not in meta and "batch" not in meta):
                 return Completion(queued, PROCESSED, duration=duration)
-            try:  # before the acknowledgement: a crash here runs the link, and this, again
-                hand_over(self.dispatcher, next_link(queued))
+            try:  # before the acknowledgement: a crash here runs the job, and this, again
+                if "batch" in meta:
+                    settle_in_batch(self.locks, self.dispatcher, queued, "processed")
+                if "chain" in meta:
+                    hand_over(self.dispatcher, next_link(queued))
                 return Completion(queued, PROCESSED, duration=duration)
-            except Exception as exc:  # noqa: BLE001 - the next link could not be queued: try the link again
-                log.warning("job %s (%s): could not queue the chain's next link: %s", queued.id, queued.name, exc)
+            except Exception as exc:  # noqa: BLE001 - its batch or chain could not be told: try the job again
+                log.warning("job %s (%s): could not settle its batch or chain: %s", queued.id, queued.name, exc)
                 error = exc
         if info is None:
             assert error is not None
@@ -278,6 +291,11 @@ class Executor:
         keep = job.KEEP_RESULT if job is not None else getattr(self.registry.find(queued.name), "KEEP_RESULT", None)
         if keep is not None:
             self.keep_result(queued, keep, {"status": "failed", "error": info.error})
+        if queued.meta and "batch" in queued.meta:
+            try:
+                settle_in_batch(self.locks, self.dispatcher, queued, "failed")
+            except Exception:  # noqa: BLE001 - the job is failed whatever its batch's count says
+                log.exception("job %s (%s): could not count its failure in its batch", queued.id, queued.name)
         if queued.meta and "chain" in queued.meta:
             try:
                 hand_over(self.dispatcher, catch_job(queued))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar, overload
 
 from . import backoff as _backoff
 from .errors import JobDefinitionError, PayloadError
@@ -229,6 +229,8 @@ class JobContext:
         "name",
         "stop_requested",
         "decision",
+        "batch_loader",
+        "_batch",
     )
 
     def __init__(
@@ -254,6 +256,17 @@ class JobContext:
         self.stop_requested = stop_requested if stop_requested is not None else threading.Event()
         #: What :meth:`defer` or :meth:`skip` decided: ``("defer", seconds, reason)`` or ``("skip", 0.0, reason)``.
         self.decision: tuple[str, float, str] | None = None
+        #: Reads this job's batch for :attr:`batch` (set by the executor for a job of a batch).
+        self.batch_loader: Callable[[], Any] | None = None
+        self._batch: Any = None
+
+    @property
+    def batch(self) -> Any:
+        """The :class:`~rainier_sync.batch.Batch` this job belongs to, read when
+        first asked for (None for a job of no batch)."""
+        if self._batch is None and self.batch_loader is not None:
+            self._batch = self.batch_loader()
+        return self._batch
 
     def defer(self, seconds: float, reason: str = "") -> None:
         """Put this job back, due in ``seconds``, without spending a try (a

@@ -10,6 +10,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import _clock, signals
+from .batch import Batch, PendingBatch
+from .batch import cancel as cancel_batch
+from .batch import read as read_batch
 from .chain import PendingChain
 from .container import Container
 from .errors import (
@@ -199,6 +202,19 @@ class QueueManager:
         ):
             return self._stream(name, jobs, driver.push_stream)
         return self._send(name, self._build_many(jobs, name))
+
+    def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
+        """A batch of jobs counted as one piece of work: ``manager.batch(jobs,
+        name=...).then(J()).catch(F()).finally_(C()).dispatch()`` returns a :class:`Batch`."""
+        return PendingBatch(self, jobs, name)
+
+    def find_batch(self, batch_id: str) -> Batch | None:
+        """The batch as stored now, or None (never made, or expired)."""
+        return read_batch(self, batch_id)
+
+    def cancel_batch(self, batch_id: str) -> bool:
+        """Cancel a batch: its jobs not yet started are skipped. False when there is no such batch."""
+        return cancel_batch(self, batch_id)
 
     def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
         """A chain of jobs, each run only after the one before it succeeded:
@@ -524,6 +540,14 @@ class _RecordedChain(PendingChain):
         return new_id()
 
 
+class _RecordedBatch(PendingBatch):
+    def dispatch(self) -> Batch:
+        assert isinstance(self._manager, FakeQueueManager)
+        self._manager.recording.batches.append(self)
+        counts = {"total": len(self.jobs), "pending": len(self.jobs)}
+        return Batch(new_id(), {"name": self._record.get("name")}, counts)
+
+
 class FakeQueueManager(QueueManager):
     """Records every dispatch (payloads are still checked) and runs nothing.
 
@@ -542,6 +566,15 @@ class FakeQueueManager(QueueManager):
     def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
         """Records the chain when it is dispatched; nothing runs."""
         return _RecordedChain(self, jobs)
+
+    def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
+        """Records the batch when it is dispatched; nothing runs."""
+        return _RecordedBatch(self, jobs, name)
+
+    def assert_batched(self, predicate: Callable[[Any], bool] | None = None) -> None:
+        """A batch was dispatched that ``predicate`` (called with its :class:`PendingBatch`) accepts."""
+        if not any(predicate is None or predicate(batch) for batch in self.recording.batches):
+            raise AssertionError(f"expected a matching batch; batches dispatched: {len(self.recording.batches)}")
 
     def assert_chained(self, expected: Sequence[type[Job] | Callable[[Any], bool]]) -> None:
         """A chain was dispatched whose links match ``expected`` (classes or predicates), in order."""

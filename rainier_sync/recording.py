@@ -75,6 +75,8 @@ class Recording:
         self.pushed: list[PushedJob] = []
         #: Each chain dispatched: its links' jobs, in order.
         self.chains: list[list[Job]] = []
+        #: Each batch dispatched (a ``PendingBatch``: ``jobs``, its name and callbacks).
+        self.batches: list[Any] = []
 
     # -- reading ------------------------------------------------------------------
     def queued(self, job_class: type[Job], where: Predicate | None = None) -> list[QueuedJob]:
@@ -90,6 +92,7 @@ class Recording:
     def clear(self) -> None:
         self.pushed.clear()
         self.chains.clear()
+        self.batches.clear()
 
     # -- assertions -------------------------------------------------------------------
     def assert_pushed(self, job_class: type[Job], where: Predicate | None = None) -> None:

@@ -561,3 +561,45 @@ def test_a_chain_runs_its_links_in_order_and_a_failure_runs_catch_once(q: BaseQu
         worker.stop(grace=5)
         worker.join(15)
     assert Link.ran == expected
+
+
+# -- batches -----------------------------------------------------------------------------------------------
+@dataclass
+class Counted(Job):
+    NAME = "contract.counted"
+    TRIES = 1
+
+    n: int = 0
+    fail: bool = False
+    heard: ClassVar[list[str]] = []
+
+    def handle(self, context: JobContext) -> None:
+        if self.n < 0:
+            Counted.heard.append(f"callback {-self.n}")
+        elif self.fail:
+            raise RuntimeError(f"row {self.n} broke")
+
+
+def test_a_batch_counts_every_job_once_and_runs_its_callbacks_once(q: BaseQueue) -> None:
+    Counted.heard.clear()
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Counted), locks=MemoryLockStore())
+    batch = (
+        manager.batch([Counted(n, fail=n == 3) for n in range(1, 9)], name="contract")
+        .allow_failures()
+        .then(Counted(-1))
+        .catch(Counted(-2))
+        .finally_(Counted(-3))
+        .dispatch()
+    )
+    worker = Worker(manager, options=WorkerOptions(concurrency=4, sleep=0.05))
+    worker.start()
+    try:
+        _wait_for(lambda: len(Counted.heard) >= 2, seconds=60, what="the batch's callbacks")
+        _wait_for(lambda: q.size("default") == 0, seconds=30, what="the queue to empty")
+    finally:
+        worker.stop(grace=5)
+        worker.join(15)
+    done = manager.find_batch(batch.id)
+    assert done is not None
+    assert (done.total, done.processed, done.failed, done.pending, done.finished) == (8, 7, 1, 0, True)
+    assert sorted(Counted.heard) == ["callback 2", "callback 3"], "catch and finally once; then needs no failure"

@@ -1,0 +1,315 @@
+"""Batches: many jobs counted as one piece of work, with callbacks when it is done.
+
+``manager.batch(jobs, name="import 42").then(Done()).catch(Failed()).finally_(CleanUp()).dispatch()``
+
+A batch lives in the lock store: its record (name, callbacks, options) as a
+value under ``batch:<id>``, its counts as a tally under the same key (total,
+pending, processed, failed, skipped, cancelled). Each job carries its batch's
+id (``meta["batch"]``). When a job finishes for good, before it is
+acknowledged, the worker settles it in the tally: a job id counts once, so a
+job run twice (at-least-once delivery) is not counted twice. The settle that
+sees nothing pending queues the callbacks: ``then`` when every job succeeded,
+``finally_`` in any case; ``catch`` is queued at a job's final failure. Each
+callback carries a once-key (``batch:<id>:then``...), so however many settles
+queue it (a crash re-runs a job, and its settle queues again) it runs once
+(:mod:`rainier_sync.once`).
+
+Without ``allow_failures()`` a final failure cancels the batch; so does
+:meth:`~rainier_sync.QueueManager.cancel_batch`. A job of a cancelled batch is
+skipped when it comes to run (workers look the cancel up at most every
+:data:`CANCEL_LOOKUP` seconds per batch) and counts as skipped.
+
+Everything of a batch expires ``retention`` seconds (7 days by default) after
+its last change.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from . import _clock
+from .chain import fresh_copy, hand_over
+from .errors import ConfigurationError
+from .job import Job
+from .types import QueuedJob, decode, encode
+
+if TYPE_CHECKING:
+    from .job import JobContext
+    from .locks.base import LockStore
+    from .pending import Dispatcher
+
+__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "CANCEL_LOOKUP", "RETENTION"]
+
+#: Seconds a batch is kept after its last change (the default).
+RETENTION = 7 * 86400.0
+#: Longest a worker goes between looking up whether a batch was cancelled.
+CANCEL_LOOKUP = 1.0
+_COUNTS = ("total", "pending", "processed", "failed", "skipped", "cancelled")
+
+
+def batch_key(batch_id: str) -> str:
+    return f"batch:{batch_id}"
+
+
+class Batch:
+    """A batch as last read: ``id``, ``name``, ``total``, ``pending``,
+    ``processed``, ``failed``, ``skipped``, ``cancelled``, ``finished``.
+
+    In a job, ``context.batch`` is its batch: :meth:`add` adds jobs to it.
+    """
+
+    def __init__(self, batch_id: str, record: dict[str, Any], counts: dict[str, int], manager: Any = None) -> None:
+        self.id = batch_id
+        self.name: str | None = record.get("name")
+        self.created_at = float(record.get("created_at", 0.0))
+        self.total = counts.get("total", 0)
+        self.pending = counts.get("pending", 0)
+        self.processed = counts.get("processed", 0)
+        self.failed = counts.get("failed", 0)
+        self.skipped = counts.get("skipped", 0)
+        self.cancelled = bool(counts.get("cancelled", 0))
+        self._record = record
+        self._manager = manager
+
+    @property
+    def finished(self) -> bool:
+        """Every job has finished (processed, failed or skipped)."""
+        return self.pending <= 0
+
+    @property
+    def progress(self) -> float:
+        """The share of jobs finished, from 0.0 to 1.0."""
+        return 1.0 if self.total <= 0 else (self.total - max(0, self.pending)) / self.total
+
+    def add(self, jobs: Sequence[Job]) -> list[str | None]:
+        """Add jobs to this batch (counted before they are queued); their ids."""
+        if self._manager is None:
+            raise ConfigurationError("this Batch was read without a manager: add jobs through the manager's batch")
+        return _queue(self._manager, self.id, self._record, list(jobs))
+
+    def __repr__(self) -> str:
+        return (
+            f"Batch(id={self.id!r}, name={self.name!r}, total={self.total}, pending={self.pending}, "
+            f"processed={self.processed}, failed={self.failed}, cancelled={self.cancelled}, finished={self.finished})"
+        )
+
+
+class PendingBatch:
+    """A batch being built: ``manager.batch(jobs, name=...).then(J()).dispatch()``."""
+
+    def __init__(self, manager: Any, jobs: Sequence[Job], name: str | None = None) -> None:
+        if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
+            raise TypeError(f"a batch takes a list of jobs, got {type(jobs).__name__}")
+        if not jobs:
+            raise ValueError("a batch needs at least one job: got an empty list")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"a batch's name must be a string, got {name!r}")
+        self._manager = manager
+        self._jobs = list(jobs)
+        _check_jobs(manager, self._jobs)
+        self._record: dict[str, Any] = {"name": name, "allow_failures": False, "queue": None}
+        self._retention = RETENTION
+
+    @property
+    def jobs(self) -> list[Job]:
+        return list(self._jobs)
+
+    def then(self, job: Job) -> PendingBatch:
+        """Queue ``job`` once when every job of the batch succeeded."""
+        return self._callback("then", job)
+
+    def catch(self, job: Job) -> PendingBatch:
+        """Queue ``job`` once, at the first job that fails for good."""
+        return self._callback("catch", job)
+
+    def finally_(self, job: Job) -> PendingBatch:
+        """Queue ``job`` once when every job has finished, however."""
+        return self._callback("finally", job)
+
+    def allow_failures(self) -> PendingBatch:
+        """Go on after a failure (by default a failure cancels the batch)."""
+        self._record["allow_failures"] = True
+        return self
+
+    def on_queue(self, queue: str) -> PendingBatch:
+        """Queue the batch's jobs on ``queue``."""
+        from .job import check_queue_name
+
+        self._record["queue"] = check_queue_name(queue)
+        return self
+
+    def keep_for(self, seconds: float) -> PendingBatch:
+        """Keep the batch this long after its last change (default: 7 days)."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 1e9:
+            raise ValueError(f"keep_for takes a positive number of seconds, got {seconds!r}")
+        self._retention = float(seconds)
+        return self
+
+    def _callback(self, which: str, job: Job) -> PendingBatch:
+        _check_jobs(self._manager, [job], f"the batch's {which}")
+        self._record[which] = job
+        return self
+
+    def dispatch(self) -> Batch:
+        """Record the batch, then queue its jobs; returns the batch."""
+        manager = self._manager
+        locks = _locks(manager)
+        batch_id = os.urandom(16).hex()
+        record = dict(self._record)
+        record.update(created_at=_clock.now(), retention=self._retention)
+        for which in ("then", "catch", "finally"):
+            if record.get(which) is not None:
+                queued = manager.build(record[which])
+                record[which] = [manager.default, queued.to_wire()]
+        zero = dict.fromkeys(_COUNTS, 0)
+        locks.tally_add(batch_key(batch_id), zero, self._retention)
+        locks.put_value(batch_key(batch_id), encode(record), self._retention)
+        _queue(manager, batch_id, record, self._jobs)
+        return read(manager, batch_id) or Batch(batch_id, record, zero, manager)
+
+
+def _check_jobs(manager: Any, jobs: list[Any], what: str = "job") -> None:
+    records_only = getattr(manager, "records_only", False)
+    for index, job in enumerate(jobs):
+        label = what if what != "job" else f"job {index} of the batch"
+        if not isinstance(job, Job):
+            raise TypeError(f"{label} is {job!r}, not a Job")
+        if not records_only and manager.registry.find(type(job).NAME) is None:
+            raise ConfigurationError(f"{label}: job {type(job).NAME!r} is not registered")
+
+
+def _locks(manager: Any) -> LockStore:
+    if manager.locks is None:
+        raise ConfigurationError(
+            "a batch keeps its counts in a lock store every worker shares: "
+            "give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
+        )
+    locks: LockStore = manager.locks
+    return locks
+
+
+def _queue(
+    manager: Any, batch_id: str, record: dict[str, Any], jobs: list[Job], *, add: bool = False
+) -> list[str | None]:
+    """Count ``jobs`` into the batch, then queue them (counted first: a job that
+    finishes at once must find itself counted)."""
+    if not jobs:
+        return []
+    _check_jobs(manager, jobs)
+    locks = _locks(manager)
+    built = [manager.build(job, queue=record.get("queue")) for job in jobs]
+    for queued in built:
+        queued.meta = {**(queued.meta or {}), "batch": batch_id}
+    retention = float(record.get("retention", RETENTION))
+    locks.tally_add(batch_key(batch_id), {"total": len(built), "pending": len(built)}, retention)
+    ids: list[str | None] = []
+    for start in range(0, len(built), 1000):
+        ids.extend(manager.send_queued(manager.default, built[start : start + 1000]))
+    return ids
+
+
+def read(manager: Any, batch_id: str) -> Batch | None:
+    """The batch ``batch_id`` as stored now, or None."""
+    locks = _locks(manager)
+    text = locks.get_value(batch_key(batch_id))
+    counts = locks.tally(batch_key(batch_id))
+    if text is None or counts is None:
+        return None
+    return Batch(batch_id, decode(text), counts, manager)
+
+
+def cancel(manager: Any, batch_id: str) -> bool:
+    """Cancel the batch: its jobs not yet started are skipped. False when there is no such batch."""
+    batch = read(manager, batch_id)
+    if batch is None:
+        return False
+    if not batch.cancelled:
+        retention = float(batch._record.get("retention", RETENTION))
+        _locks(manager).tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
+        BatchGuard.note(batch_id, True)
+    return True
+
+
+def settle(
+    locks: LockStore | None, dispatcher: Dispatcher | None, queued: QueuedJob, field: str
+) -> dict[str, int] | None:
+    """Count ``queued`` (a job of a batch) as ``processed``, ``failed`` or
+    ``skipped`` and queue what its batch's counts call for."""
+    batch_id = str((queued.meta or {}).get("batch"))
+    if locks is None:
+        raise ConfigurationError("this job belongs to a batch, and its worker has no lock store to count it in")
+    text = locks.get_value(batch_key(batch_id))
+    if text is None:
+        return None  # the batch expired (or was never recorded): nothing to count
+    record = decode(text)
+    retention = float(record.get("retention", RETENTION))
+    counts, new = locks.tally_settle(batch_key(batch_id), queued.id, field, retention)
+    if field == "failed" and new:
+        if not record.get("allow_failures") and not counts.get("cancelled"):
+            counts = locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
+            BatchGuard.note(batch_id, True)
+        _callback(dispatcher, batch_id, record, "catch")
+    if counts.get("pending", 1) <= 0:
+        if counts.get("failed", 0) == 0 and counts.get("skipped", 0) == 0:
+            _callback(dispatcher, batch_id, record, "then")
+        _callback(dispatcher, batch_id, record, "finally")
+    return counts
+
+
+def _callback(dispatcher: Dispatcher | None, batch_id: str, record: dict[str, Any], which: str) -> None:
+    found = record.get(which)
+    if not found:
+        return
+    connection, wire = found
+    job = fresh_copy(wire, connection, 0.0)
+    job.meta = {"once": f"batch:{batch_id}:{which}", "hold": float(record.get("retention", RETENTION))}
+    hand_over(dispatcher, (connection, job))
+
+
+class BatchGuard:
+    """Skips a job of a cancelled batch (counted as skipped): the middleware the
+    executor puts first for a job of a batch."""
+
+    _seen: dict[str, tuple[float, bool]] = {}
+    _mutex = threading.Lock()
+
+    def __init__(self, locks: LockStore | None, dispatcher: Dispatcher | None, queued: QueuedJob) -> None:
+        self.locks = locks
+        self.dispatcher = dispatcher
+        self.queued = queued
+        self.batch_id = str((queued.meta or {}).get("batch"))
+
+    def handle(self, job: Job, context: JobContext, call_next: Callable[[], None]) -> None:
+        if self.locks is not None and self._cancelled(self.locks):
+            settle(self.locks, self.dispatcher, self.queued, "skipped")
+            context.skip(f"batch {self.batch_id} was cancelled")
+            return
+        call_next()
+
+    @classmethod
+    def note(cls, batch_id: str, cancelled: bool) -> None:
+        """What this process just learnt of a batch (it cancelled it)."""
+        with cls._mutex:
+            cls._seen[batch_id] = (_clock.monotonic(), cancelled)
+
+    def _cancelled(self, locks: LockStore) -> bool:
+        now = _clock.monotonic()
+        with self._mutex:
+            seen = self._seen.get(self.batch_id)
+        if seen is not None and now - seen[0] < CANCEL_LOOKUP:
+            return seen[1]
+        counts = locks.tally(batch_key(self.batch_id)) or {}
+        cancelled = bool(counts.get("cancelled", 0))
+        with self._mutex:
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[self.batch_id] = (now, cancelled)
+        return cancelled
+
+
+def loader(manager: Any, batch_id: str) -> Callable[[], Batch | None]:
+    """What a job's ``context.batch`` reads its batch with."""
+    return lambda: read(manager, batch_id)
+

@@ -1,0 +1,189 @@
+"""Batches on the memory driver: exact counts when a job runs twice, callbacks
+once, cancelling (by a failure and by hand), adding from a job, the fake, and
+bad input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pytest
+
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
+from rainier_sync.drivers import MemoryQueue
+from rainier_sync.errors import ConfigurationError
+from rainier_sync.locks import MemoryLockStore
+
+
+@dataclass
+class Row(Job):
+    NAME = "batch.row"
+
+    n: int = 0
+    fail: bool = False
+    ran: ClassVar[list[int]] = []
+
+    def handle(self, context: JobContext) -> None:
+        Row.ran.append(self.n)
+        if self.fail:
+            raise RuntimeError(f"row {self.n} is bad")
+
+
+@dataclass
+class Retried(Row):
+    NAME = "batch.retried"
+    TRIES = 3
+
+
+@dataclass
+class Fanout(Job):
+    NAME = "batch.fanout"
+
+    def handle(self, context: JobContext) -> None:
+        batch = context.batch
+        assert batch is not None and not batch.cancelled
+        batch.add([Row(100), Row(101)])
+
+
+@dataclass
+class Callback(Job):
+    NAME = "batch.callback"
+
+    which: str = ""
+    heard: ClassVar[list[str]] = []
+
+    def handle(self, context: JobContext) -> None:
+        Callback.heard.append(self.which)
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> None:
+    Row.ran.clear()
+    Callback.heard.clear()
+
+
+def build() -> tuple[QueueManager, MemoryQueue]:
+    memory = MemoryQueue()
+    registry = JobRegistry().with_job(Row).with_job(Retried).with_job(Fanout).with_job(Callback)
+    return QueueManager({"m": memory}, registry=registry, container=Container(), locks=MemoryLockStore()), memory
+
+
+def drain(manager: QueueManager, concurrency: int = 4) -> Any:
+    return Worker(manager, options=WorkerOptions(once=True, concurrency=concurrency)).run()
+
+
+def callbacks(pending: Any) -> Any:
+    return pending.then(Callback("then")).catch(Callback("catch")).finally_(Callback("finally"))
+
+
+def test_a_batch_counts_every_job_and_runs_then_and_finally_once() -> None:
+    manager, _ = build()
+    batch = callbacks(manager.batch([Row(n) for n in range(50)], name="import 42")).dispatch()
+    assert (batch.name, batch.total, batch.pending, batch.finished) == ("import 42", 50, 50, False)
+    drain(manager)
+    done = manager.find_batch(batch.id)
+    assert done is not None
+    assert (done.total, done.pending, done.processed, done.failed, done.finished) == (50, 0, 50, 0, True)
+    assert sorted(Callback.heard) == ["finally", "then"]
+
+
+def test_a_job_run_twice_counts_once() -> None:
+    manager, memory = build()
+    batch = callbacks(manager.batch([Retried(1), Retried(2)])).dispatch()
+    [first] = memory.reserve_many(["default"], 1)
+    worker = Worker(manager, options=WorkerOptions(once=True))
+    worker.executor.run(first)  # ran and counted; its acknowledgement never happened
+    memory.release(first, 0)
+    drain(manager)
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.processed, done.pending) == (2, 0)
+    assert sorted(Row.ran) == [1, 1, 2]
+    assert sorted(Callback.heard) == ["finally", "then"]
+
+
+def test_a_failure_cancels_the_batch_runs_catch_once_and_skips_the_rest() -> None:
+    manager, _ = build()
+    batch = callbacks(manager.batch([Row(1, fail=True), *[Row(n) for n in range(2, 6)]])).dispatch()
+    drain(manager, concurrency=1)
+    done = manager.find_batch(batch.id)
+    assert done is not None and done.cancelled and done.finished
+    assert (done.failed, done.processed + done.skipped) == (1, 4) and done.skipped >= 1
+    assert sorted(Callback.heard) == ["catch", "finally"], "then needs every job to succeed"
+
+
+def test_allow_failures_goes_on_after_a_failure() -> None:
+    manager, _ = build()
+    batch = callbacks(manager.batch([Row(1, fail=True), Row(2), Row(3)]).allow_failures()).dispatch()
+    drain(manager, concurrency=1)
+    done = manager.find_batch(batch.id)
+    assert done is not None and not done.cancelled
+    assert (done.failed, done.processed, done.pending) == (1, 2, 0)
+    assert sorted(Callback.heard) == ["catch", "finally"]
+
+
+def test_cancel_batch_skips_jobs_not_yet_started() -> None:
+    manager, memory = build()
+    batch = manager.batch([Row(n) for n in range(10)]).finally_(Callback("finally")).dispatch()
+    assert manager.cancel_batch(batch.id)
+    stats = drain(manager)
+    assert Row.ran == [] and stats.skipped == 10
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.skipped, done.finished, done.cancelled) == (10, True, True)
+    assert Callback.heard == ["finally"]
+    assert not manager.cancel_batch("no-such-batch")
+
+
+def test_a_job_adds_to_its_own_batch() -> None:
+    manager, _ = build()
+    batch = manager.batch([Fanout()]).then(Callback("then")).dispatch()
+    drain(manager)
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.total, done.processed, done.pending) == (3, 3, 0)
+    assert sorted(Row.ran) == [100, 101] and Callback.heard == ["then"]
+
+
+def test_on_queue_puts_the_jobs_on_that_queue() -> None:
+    manager, memory = build()
+    manager.batch([Row(1), Row(2)]).on_queue("imports").dispatch()
+    assert memory.size("imports") == 2 and memory.size("default") == 0
+
+
+def test_the_fake_records_batches() -> None:
+    fake = QueueManager.fake()
+    fake.batch([Row(1), Row(2)], name="nightly").then(Callback("then")).dispatch()
+    fake.assert_batched(lambda b: len(b.jobs) == 2)
+    with pytest.raises(AssertionError, match="matching batch"):
+        fake.assert_batched(lambda b: len(b.jobs) == 3)
+    fake.assert_nothing_pushed()
+
+
+@pytest.mark.parametrize(
+    ("jobs", "error", "said"),
+    [
+        ([], ValueError, "at least one job"),
+        ([Row(1), "row"], TypeError, "job 1 of the batch"),
+        (Row(1), TypeError, "a list of jobs"),
+    ],
+)
+def test_bad_batches_are_refused_naming_the_fault(jobs: Any, error: type[Exception], said: str) -> None:
+    manager, _ = build()
+    with pytest.raises(error, match=said):
+        manager.batch(jobs)
+
+
+def test_an_unregistered_job_and_a_missing_lock_store_are_refused() -> None:
+    @dataclass
+    class Stray(Job):
+        NAME = "batch.stray"
+
+        def handle(self, context: JobContext) -> None:
+            pass
+
+    manager, _ = build()
+    with pytest.raises(ConfigurationError, match="job 1 of the batch: job 'batch.stray' is not registered"):
+        manager.batch([Row(1), Stray()])
+    with pytest.raises(ConfigurationError, match="then: job 'batch.stray' is not registered"):
+        manager.batch([Row(1)]).then(Stray())
+    unlocked = QueueManager({"m": MemoryQueue()}, registry=JobRegistry().with_job(Row), container=Container())
+    with pytest.raises(ConfigurationError, match="locks="):
+        unlocked.batch([Row(1)]).dispatch()
