@@ -47,6 +47,8 @@ RETENTION = 7 * 86400.0
 #: Longest a worker goes between looking up whether a batch was cancelled.
 CANCEL_LOOKUP = 1.0
 _COUNTS = ("total", "pending", "processed", "failed", "skipped", "cancelled")
+#: The flag group that indexes the batches kept (for listing them).
+BATCHES = "batches"
 
 
 def batch_key(batch_id: str) -> str:
@@ -166,6 +168,7 @@ class PendingBatch:
         zero = dict.fromkeys(_COUNTS, 0)
         locks.tally_add(batch_key(batch_id), zero, self._retention)
         locks.put_value(batch_key(batch_id), encode(record), self._retention)
+        locks.set_flag(BATCHES, batch_id, True)
         _queue(manager, batch_id, record, self._jobs)
         return read(manager, batch_id) or Batch(batch_id, record, zero, manager)
 
@@ -218,6 +221,20 @@ def read(manager: Any, batch_id: str) -> Batch | None:
     if text is None or counts is None:
         return None
     return Batch(batch_id, decode(text), counts, manager)
+
+
+def listing(manager: Any, limit: int = 100) -> list[Batch]:
+    """The batches still kept, newest first (at most ``limit``); those that expired leave the index."""
+    locks = _locks(manager)
+    found: list[Batch] = []
+    for batch_id in locks.flags(BATCHES):
+        batch = read(manager, batch_id)
+        if batch is None:
+            locks.set_flag(BATCHES, batch_id, False)
+        else:
+            found.append(batch)
+    found.sort(key=lambda b: (-b.created_at, b.id))
+    return found[:limit]
 
 
 def cancel(manager: Any, batch_id: str) -> bool:

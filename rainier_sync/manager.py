@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 from . import _clock, signals
 from .batch import Batch, PendingBatch
 from .batch import cancel as cancel_batch
+from .batch import listing as list_batches
 from .batch import read as read_batch
 from .chain import PendingChain
 from .container import Container
@@ -211,6 +212,10 @@ class QueueManager:
     def find_batch(self, batch_id: str) -> Batch | None:
         """The batch as stored now, or None (never made, or expired)."""
         return read_batch(self, batch_id)
+
+    def batches(self, limit: int = 100) -> list[Batch]:
+        """The batches still kept, newest first."""
+        return list_batches(self, limit)
 
     def cancel_batch(self, batch_id: str) -> bool:
         """Cancel a batch: its jobs not yet started are skipped. False when there is no such batch."""

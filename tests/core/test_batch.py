@@ -142,6 +142,19 @@ def test_a_job_adds_to_its_own_batch() -> None:
     assert sorted(Row.ran) == [100, 101] and Callback.heard == ["then"]
 
 
+def test_batches_are_listed_newest_first() -> None:
+    from freezegun import freeze_time
+
+    manager, _ = build()
+    with freeze_time("2026-03-01 12:00:00") as clock:
+        first = manager.batch([Row(1)], name="first").dispatch()
+        clock.tick(1)
+        second = manager.batch([Row(2)], name="second").keep_for(60).dispatch()
+        assert [b.id for b in manager.batches()] == [second.id, first.id]
+        clock.tick(61)
+        assert [b.id for b in manager.batches()] == [first.id], "an expired batch leaves the list"
+
+
 def test_on_queue_puts_the_jobs_on_that_queue() -> None:
     manager, memory = build()
     manager.batch([Row(1), Row(2)]).on_queue("imports").dispatch()
