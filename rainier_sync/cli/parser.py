@@ -215,7 +215,7 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
         type=positive_seconds,
         default=60.0,
         metavar="SECONDS",
-        help="oldest touch that still counts as alive (default: 60; keep it above the worker's --sleep)",
+        help="oldest touch that still counts as alive (default: 60)",
     )
 
     for name, summary in (

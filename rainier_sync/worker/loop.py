@@ -25,7 +25,7 @@ from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
 from ..scheduler import Scheduler
 from ..types import QueuedJob
 from .attempts import Attempts
-from .health import Health, HealthFile, WorkerHealth
+from .health import TOUCH_EVERY, Health, HealthFile, WorkerHealth
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
 from .pool import Pool
 from .settle import Claims
@@ -123,6 +123,9 @@ class Worker:
         self._next_beat = float("inf")
         self._next_reclaim = 0.0
         self._health_file = HealthFile(self.options.health_file) if self.options.health_file else None
+        #: The longest the loop waits between turns: with a health file, it turns
+        #: about as often as it touches the file, busy or idle, whatever ``sleep``.
+        self._longest_wait = TOUCH_EVERY if self._health_file is not None else float("inf")
         #: When the owning loop last began a turn (monotonic; None before the run).
         self._last_turn: float | None = None
 
@@ -338,7 +341,7 @@ class Worker:
             return
         if not self._claims.held:
             self.stats.idles += 1
-        self._waker.wait(self.options.sleep)
+        self._waker.wait(min(self.options.sleep, self._longest_wait))
 
     def _settle_or_wait(self, now: float, waiting: int, refill: int) -> None:
         """Nothing worth a round trip yet: settle only what should not wait longer, or wait."""
@@ -355,6 +358,8 @@ class Worker:
             timeout = max(0.0, claims.unsettled_since + ACK_DELAY - now)
         elif waiting:
             timeout = ACK_DELAY if timeout is None else min(timeout, ACK_DELAY)
+        if self._health_file is not None:
+            timeout = self._longest_wait if timeout is None else min(timeout, self._longest_wait)
         self._waker.wait(timeout)
 
     def _idle(self, now: float) -> None:
@@ -365,7 +370,7 @@ class Worker:
         claims = self._claims
         if not claims.running:
             self.stats.idles += 1
-        sleep = self.options.sleep
+        sleep = min(self.options.sleep, self._longest_wait)
         wait = sleep if self._beat is None or not claims.held else min(sleep, max(0.0, self._next_beat - now))
         if self.scheduler is not None:
             wait = min(wait, max(0.0, self.scheduler.next_due - _clock.now()))  # wake for the next tick

@@ -58,8 +58,9 @@ class WorkerOptions:
       a fork; it may return a :class:`~rainier_sync.Container` for the child to
       use instead of the inherited one.
     - ``health_file``: a path the owning loop touches about once a second
-      while it turns, for a liveness probe (``rainier-sync queue:health``).
-      Its directory must exist.
+      while it turns, for a liveness probe (``rainier-sync queue:health``);
+      with it the loop turns at least that often, busy or idle. Its
+      directory must exist.
     """
 
     queues: Sequence[str] = ("default",)

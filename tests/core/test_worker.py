@@ -570,3 +570,21 @@ def test_a_wedged_loop_fails_the_liveness_probe_while_a_healthy_one_passes(
         for worker in (wedged, healthy):
             worker.stop(grace=0)
             worker.join(5)
+
+
+def test_a_busy_worker_with_long_jobs_keeps_its_health_file_fresh(manager: QueueManager, tmp_path: Any) -> None:
+    alive = tmp_path / "worker.alive"
+    # Every thread busy and a 60 s sleep: the loop would otherwise wait for its next heartbeat (10 s).
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, sleep=60, health_file=str(alive)))
+    worker.start()
+    try:
+        manager.dispatch(jobs.Blocking("long"))
+        assert jobs.Blocking.started.setdefault("long", threading.Event()).wait(5)
+        a_minute_ago = time.time() - 60
+        os.utime(alive, (a_minute_ago, a_minute_ago))
+        wait_until(lambda: alive.stat().st_mtime > a_minute_ago, 5, message="the busy loop to touch the file")
+        assert worker.health().running == 1
+    finally:
+        jobs.Blocking.events.setdefault("long", threading.Event()).set()
+        worker.stop(grace=0)
+        worker.join(5)
