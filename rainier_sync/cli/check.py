@@ -93,11 +93,11 @@ def _registry(frontend: Frontend, manager: QueueManager, findings: Findings) -> 
         names = ", ".join(sorted(cls.NAME for cls in needing))
         if manager.locks is None:
             findings.problem(
-                f"registry: jobs {names} use middleware that keeps its state in a lock store, and the manager "
+                f"registry: jobs {names} keep state in a lock store (middleware, KEEP_RESULT), and the manager "
                 f"has none: {_STORE_HINT}"
             )
         else:
-            findings.ok(f"registry: jobs {names} keep middleware state in the lock store")
+            findings.ok(f"registry: jobs {names} keep state in the lock store")
 
 
 def _schedule(manager: QueueManager, findings: Findings) -> None:

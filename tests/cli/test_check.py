@@ -67,7 +67,7 @@ def test_a_sound_app_passes_every_check(capsys: pytest.CaptureFixture[str]) -> N
     assert all(line.startswith("ok: ") for line in found), found
     assert "ok: configuration: connections main (memory); default main" in found
     assert "ok: registry: 2 job(s) registered" in found
-    assert "ok: registry: jobs check-tests.limited keep middleware state in the lock store" in found
+    assert "ok: registry: jobs check-tests.limited keep state in the lock store" in found
     assert "ok: schedule: 1 entries, each job registered" in found
     assert "ok: lock store (MemoryLockStore): reachable, keeps flags" in found
     assert "ok: connection main (memory): reachable" in found
@@ -95,7 +95,7 @@ def test_each_problem_is_one_line_and_the_exit_is_2(capsys: pytest.CaptureFixtur
     timeout, store, tables = problems
     assert "job check-tests.long: TIMEOUT 120s exceeds the reservation of connection main (60s)" in timeout
     assert "e.g. 180" in timeout
-    assert "jobs check-tests.limited use middleware that keeps its state in a lock store" in store
+    assert "jobs check-tests.limited keep state in a lock store (middleware, KEEP_RESULT)" in store
     assert "locks=" in store
     assert tables.startswith("problem: connection db (memory): the queue tables are missing")
     assert tables.endswith("run rainier-sync queue:migrate")
