@@ -1,11 +1,14 @@
-"""The commands: ``queue:work``, ``queue:failed``, ``queue:retry``, ``schedule:run`` and the rest."""
+"""The commands: ``queue:work``, ``queue:failed``, ``queue:retry``, ``schedule:run`` and the rest
+(``check`` lives in :mod:`~rainier_sync.cli.check`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -65,6 +68,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         "prefetch": args.prefetch,
         "give_up": args.give_up,
         "schedule": args.schedule or None,
+        "health_file": args.health_file,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -84,6 +88,24 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         (", once" if options.once else "") + (", scheduling" if options.schedule else ""),
     )
     return worker.run()
+
+
+def cmd_health(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    """A liveness probe: exit 0 while a worker's ``--health-file`` is fresh, 1 when it is old or missing."""
+    path, most = args.health_file, args.max_age
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:
+        out.write(f"unhealthy: health file {path} does not exist (no worker has touched it)\n")
+        return EXIT_FAILURE
+    except OSError as exc:
+        raise CommandError(f"cannot read the health file {path}: {exc}") from exc
+    age = max(0.0, age)
+    if age > most:
+        out.write(f"unhealthy: health file {path} was last touched {age:.1f}s ago, more than --max-age {most:g}s\n")
+        return EXIT_FAILURE
+    out.write(f"healthy: health file {path} was last touched {age:.1f}s ago (--max-age {most:g}s)\n")
+    return EXIT_OK
 
 
 def cmd_failed(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:

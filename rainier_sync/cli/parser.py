@@ -8,10 +8,12 @@ from typing import IO, Any, Callable, NoReturn
 
 from .. import __version__
 from .app import Frontend, UsageError
+from .check import cmd_check
 from .commands import (
     cmd_continue,
     cmd_failed,
     cmd_forget,
+    cmd_health,
     cmd_make_job,
     cmd_migrate,
     cmd_pause,
@@ -62,12 +64,14 @@ COMMANDS: dict[str, Callable[[Frontend, argparse.Namespace, IO[str]], int]] = {
     "queue:forget": cmd_forget,
     "queue:reclaim": cmd_reclaim,
     "queue:status": cmd_status,
+    "queue:health": cmd_health,
     "queue:migrate": cmd_migrate,
     "queue:pause": cmd_pause,
     "queue:continue": cmd_continue,
     "schedule:run": cmd_schedule_run,
     "schedule:list": cmd_schedule_list,
     "make:job": cmd_make_job,
+    "check": cmd_check,
 }
 
 
@@ -97,6 +101,13 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds (a number), got {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = seconds(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
     return value
 
 
@@ -163,6 +174,11 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
         metavar="MODULE:FUNCTION",
         help="called in each new timeout child before its first attempt (see the timeouts docs)",
     )
+    work.add_argument(
+        "--health-file",
+        metavar="PATH",
+        help="touch PATH about once a second while the worker's loop turns (see queue:health)",
+    )
     work.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
 
     failed = command("queue:failed", "List failed jobs, newest first; with an ID, show that one in full.")
@@ -187,6 +203,21 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
     connection_option(status, "all")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    health = command(
+        "queue:health",
+        "A liveness probe: exit 0 while a worker's --health-file is fresh, 1 when it is older or missing.",
+    )
+    health.add_argument(
+        "--health-file", required=True, metavar="PATH", help="the file queue:work --health-file touches"
+    )
+    health.add_argument(
+        "--max-age",
+        type=positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="oldest touch that still counts as alive (default: 60)",
+    )
+
     for name, summary in (
         ("queue:pause", "Stop every worker of a connection from claiming jobs of a queue."),
         ("queue:continue", "Let workers claim jobs of a paused queue again."),
@@ -198,6 +229,12 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
     run = command("schedule:run", "Dispatch the schedule's ticks that fell due since the last run, then exit.")
     run.add_argument("--connection", metavar="NAME", help="dispatch on this connection (default: the default one)")
     command("schedule:list", "The schedule's entries, their next run and the tick last dispatched.")
+
+    command(
+        "check",
+        "Pre-flight: load the app and check its configuration, registry, schedule, lock store and connections; "
+        "exit 0 when all is well, 2 when anything is not.",
+    )
 
     migrate = command("queue:migrate", "Create or update the queue's tables on every connection that has them.")
     connection_option(migrate, "all")

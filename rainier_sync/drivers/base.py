@@ -103,6 +103,9 @@ class Waker:
         self._closed = False
         # The pipe is closed when the last holder (worker, pool thread, driver) lets go.
         self._finalizer = weakref.finalize(self, _close_pipe, self._read, self._write)
+        # Not at interpreter exit: a daemon pool thread may still wake the loop then,
+        # and the process closes its descriptors anyway.
+        self._finalizer.atexit = False
 
     def fileno(self) -> int:
         return self._read

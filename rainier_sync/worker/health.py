@@ -1,17 +1,81 @@
 """How a worker's backend has been doing: each failed operation reported (log
 and ``queue_operation_failed``), the current run of failures, and when a
-``once`` run gives up on it."""
+``once`` run gives up on it; and :class:`WorkerHealth`, what
+:meth:`Worker.health` reports."""
 
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import _clock, signals
 from ..errors import QueueUnavailableError
 from ..types import ExceptionInfo
 
+__all__ = ["Health", "WorkerHealth", "HealthFile"]
+
 log = logging.getLogger("rainier_sync")
+
+#: Seconds between touches of a worker's health file.
+TOUCH_EVERY = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """What :meth:`Worker.health` reports: the facts a liveness probe judges.
+
+    - ``last_turn_age``: seconds since the owning loop last began a turn
+      (None before the worker runs). A loop that stops turning is wedged,
+      whatever its threads are doing.
+    - ``running``: attempts running in the pool's threads now.
+    - ``held``: jobs claimed and not yet settled (waiting, running or finished).
+    - ``stopping``: :meth:`Worker.stop` was called.
+    - ``last_error``: the last failed backend operation (``"operation: error"``;
+      ``""`` when none failed).
+    - ``failing_since``: when the current run of backend failures began, in
+      seconds since the epoch; None while the backend answers.
+    """
+
+    last_turn_age: float | None
+    running: int
+    held: int
+    stopping: bool
+    last_error: str
+    failing_since: float | None
+
+
+class HealthFile:
+    """A file whose mtime says the owning loop still turns (``--health-file``).
+
+    Touched at most once per :data:`TOUCH_EVERY` seconds of the loop's clock,
+    so a busy loop pays one clock comparison per turn.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._next = 0.0
+        self._warned = False
+
+    def turn(self, now: float) -> None:
+        """A loop turn at monotonic time ``now``: touch the file when the last touch is old enough."""
+        if now < self._next:
+            return
+        self._next = now + TOUCH_EVERY
+        try:
+            try:
+                os.utime(self.path)
+            except FileNotFoundError:
+                with open(self.path, "a", encoding="utf-8"):
+                    pass
+        except OSError as exc:
+            # The probe fails on its own once the file ages; say why once, not every second.
+            if not self._warned:
+                self._warned = True
+                log.warning("cannot touch the health file %s: %s", self.path, exc)
+            return
+        self._warned = False
 
 
 class Health:

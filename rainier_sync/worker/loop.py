@@ -25,7 +25,7 @@ from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
 from ..scheduler import Scheduler
 from ..types import QueuedJob
 from .attempts import Attempts
-from .health import Health
+from .health import TOUCH_EVERY, Health, HealthFile, WorkerHealth
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
 from .pool import Pool
 from .settle import Claims
@@ -122,6 +122,12 @@ class Worker:
         self._beat = self.options.heartbeat or (reservation / 3 if reservation else None)
         self._next_beat = float("inf")
         self._next_reclaim = 0.0
+        self._health_file = HealthFile(self.options.health_file) if self.options.health_file else None
+        #: The longest the loop waits between turns: with a health file, it turns
+        #: about as often as it touches the file, busy or idle, whatever ``sleep``.
+        self._longest_wait = TOUCH_EVERY if self._health_file is not None else float("inf")
+        #: When the owning loop last began a turn (monotonic; None before the run).
+        self._last_turn: float | None = None
 
     # -- control -----------------------------------------------------------------------
     @property
@@ -173,6 +179,20 @@ class Worker:
             self._thread.join(timeout)
         return self.stats
 
+    def health(self) -> WorkerHealth:
+        """What a liveness probe judges: how long ago the loop last turned, what it
+        holds and runs, and how the backend has been answering. Safe from any thread."""
+        last, pool, failing = self._last_turn, self._pool, self._health.failing_since
+        monotonic = _clock.monotonic()
+        return WorkerHealth(
+            last_turn_age=None if last is None else max(0.0, monotonic - last),
+            running=pool.busy if pool is not None else 0,
+            held=len(self._claims.running),
+            stopping=self.stopping,
+            last_error=self._health.last_error,
+            failing_since=None if failing is None else _clock.now() - (monotonic - failing),
+        )
+
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT stop the worker gracefully; a second one stops it
         without waiting for running jobs. Call from the main thread."""
@@ -216,7 +236,9 @@ class Worker:
         signalled, self._signalled = self._signalled, None
         if signalled is not None:
             self.stop(signalled[0])
-        now = _clock.monotonic()
+        now = self._last_turn = _clock.monotonic()
+        if self._health_file is not None:
+            self._health_file.turn(now)
         self._maintain(now)
         if self._stop.is_set():
             return self._stopping()
@@ -319,7 +341,7 @@ class Worker:
             return
         if not self._claims.held:
             self.stats.idles += 1
-        self._waker.wait(self.options.sleep)
+        self._waker.wait(min(self.options.sleep, self._longest_wait))
 
     def _settle_or_wait(self, now: float, waiting: int, refill: int) -> None:
         """Nothing worth a round trip yet: settle only what should not wait longer, or wait."""
@@ -336,6 +358,8 @@ class Worker:
             timeout = max(0.0, claims.unsettled_since + ACK_DELAY - now)
         elif waiting:
             timeout = ACK_DELAY if timeout is None else min(timeout, ACK_DELAY)
+        if self._health_file is not None:
+            timeout = self._longest_wait if timeout is None else min(timeout, self._longest_wait)
         self._waker.wait(timeout)
 
     def _idle(self, now: float) -> None:
@@ -346,7 +370,7 @@ class Worker:
         claims = self._claims
         if not claims.running:
             self.stats.idles += 1
-        sleep = self.options.sleep
+        sleep = min(self.options.sleep, self._longest_wait)
         wait = sleep if self._beat is None or not claims.held else min(sleep, max(0.0, self._next_beat - now))
         if self.scheduler is not None:
             wait = min(wait, max(0.0, self.scheduler.next_due - _clock.now()))  # wake for the next tick

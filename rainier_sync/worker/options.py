@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -56,6 +57,10 @@ class WorkerOptions:
       child before its first attempt, to reopen what must not be shared across
       a fork; it may return a :class:`~rainier_sync.Container` for the child to
       use instead of the inherited one.
+    - ``health_file``: a path the owning loop touches about once a second
+      while it turns, for a liveness probe (``rainier-sync queue:health``);
+      with it the loop turns at least that often, busy or idle. Its
+      directory must exist.
     """
 
     queues: Sequence[str] = ("default",)
@@ -73,6 +78,7 @@ class WorkerOptions:
     child_setup: str | None = None
     prefetch: int | None = None
     schedule: bool = False
+    health_file: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str):
@@ -91,11 +97,27 @@ class WorkerOptions:
         _option("max_jobs_per_child", self.max_jobs_per_child, whole=True, none=True)
         _option("prefetch", self.prefetch, whole=True, zero=True, none=True)
         load_child_setup(self.child_setup)
+        self.health_file = _health_file(self.health_file)
 
     @property
     def most_ahead(self) -> int:
         """The prefetch limit in jobs (``prefetch``, or its default)."""
         return 8 * self.concurrency if self.prefetch is None else self.prefetch
+
+
+def _health_file(path: Any) -> str | None:
+    if path is None:
+        return None
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise ConfigurationError(f"worker option health_file must be a file path, got {path!r}")
+    if os.path.isdir(path):
+        raise ConfigurationError(f"worker option health_file {path!r} is a directory; name a file in it")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ConfigurationError(f"worker option health_file {path!r}: directory {directory!r} does not exist")
+    return path
 
 
 @dataclass

@@ -476,3 +476,115 @@ def test_heartbeats_go_on_while_acknowledgements_fail(registry: JobRegistry, mon
         worker.stop()
         worker.join(5)
     assert jobs.calls == [("record", "once only")], "the job ran again while its worker was alive"
+
+
+def test_the_health_file_option_is_checked(tmp_path: Any) -> None:
+    with pytest.raises(ConfigurationError, match="health_file .*does not exist"):
+        WorkerOptions(health_file=str(tmp_path / "missing" / "worker.alive"))
+    with pytest.raises(ConfigurationError, match="health_file"):
+        WorkerOptions(health_file=42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="health_file .*is a directory"):
+        WorkerOptions(health_file=str(tmp_path))
+    assert WorkerOptions(health_file=tmp_path / "worker.alive").health_file == str(tmp_path / "worker.alive")
+
+
+def test_health_reports_the_loop_the_running_jobs_and_the_backend(
+    manager: QueueManager, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alive = tmp_path / "worker.alive"
+    worker = Worker(manager, options=WorkerOptions(concurrency=2, sleep=0.05, health_file=str(alive)))
+    assert worker.health().last_turn_age is None, "no turn before the worker runs"
+    worker.start()
+    try:
+        wait_until(alive.exists, 5, message="the worker to touch its health file")
+        manager.dispatch(jobs.Blocking("held"))
+        assert jobs.Blocking.started.setdefault("held", threading.Event()).wait(5)
+        health = worker.health()
+        assert health.running == 1 and health.held == 1
+        assert health.last_turn_age is not None and health.last_turn_age < 5
+        assert not health.stopping and health.last_error == "" and health.failing_since is None
+        jobs.Blocking.events.setdefault("held", threading.Event()).set()
+        wait_until(lambda: worker.health().held == 0, 5, message="the job to be settled")
+
+        def down(*args: Any) -> Any:
+            raise ConnectionError("backend away")
+
+        before = time.time()
+        monkeypatch.setattr(manager.connection(), "reserve_many", down)
+        monkeypatch.setattr(manager.connection(), "acknowledge_and_reserve", down, raising=False)
+        wait_until(lambda: worker.health().failing_since is not None, 5, message="a failed claim")
+        health = worker.health()
+        assert "backend away" in health.last_error
+        assert health.failing_since is not None and before - 1 <= health.failing_since <= time.time() + 1
+        worker.stop()
+        assert worker.health().stopping
+    finally:
+        worker.stop(grace=0)
+        worker.join(5)
+
+
+class WedgedQueue(MemoryQueue):
+    """A backend whose wait for jobs hangs until ``release`` is set: the loop stops turning."""
+
+    def __init__(self) -> None:
+        super().__init__(reservation=30)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def wait_for_jobs(self, queues: Any, timeout: float, waker: Any) -> None:
+        self.entered.set()
+        self.release.wait(10)
+
+
+def test_a_wedged_loop_fails_the_liveness_probe_while_a_healthy_one_passes(
+    registry: JobRegistry, tmp_path: Any
+) -> None:
+    from rainier_sync.cli import EXIT_FAILURE, EXIT_OK, main
+
+    wedged_queue = WedgedQueue()
+    wedged_file, healthy_file = tmp_path / "wedged.alive", tmp_path / "healthy.alive"
+    wedged = Worker(
+        QueueManager({"main": wedged_queue}, registry=registry),
+        options=WorkerOptions(sleep=0.05, health_file=str(wedged_file)),
+    )
+    healthy = Worker(
+        QueueManager({"main": MemoryQueue()}, registry=registry),
+        options=WorkerOptions(sleep=0.05, health_file=str(healthy_file)),
+    )
+    wedged.start()
+    healthy.start()
+    try:
+        assert wedged_queue.entered.wait(5), "the wedged worker's loop to hang"
+        wait_until(healthy_file.exists, 5, message="the healthy worker to touch its file")
+        # Both files look a minute old; only a loop that still turns touches its file again.
+        a_minute_ago = time.time() - 60
+        for path in (wedged_file, healthy_file):
+            os.utime(path, (a_minute_ago, a_minute_ago))
+        wait_until(lambda: healthy_file.stat().st_mtime > a_minute_ago, 5, message="the healthy worker to touch again")
+        assert main(["queue:health", "--health-file", str(healthy_file), "--max-age", "30"]) == EXIT_OK
+        assert main(["queue:health", "--health-file", str(wedged_file), "--max-age", "30"]) == EXIT_FAILURE
+        wait_until(lambda: (wedged.health().last_turn_age or 0) > 0.2, 5, message="the wedged loop to age")
+        assert (healthy.health().last_turn_age or 0) < (wedged.health().last_turn_age or 0)
+    finally:
+        wedged_queue.release.set()
+        for worker in (wedged, healthy):
+            worker.stop(grace=0)
+            worker.join(5)
+
+
+def test_a_busy_worker_with_long_jobs_keeps_its_health_file_fresh(manager: QueueManager, tmp_path: Any) -> None:
+    alive = tmp_path / "worker.alive"
+    # Every thread busy and a 60 s sleep: the loop would otherwise wait for its next heartbeat (10 s).
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, sleep=60, health_file=str(alive)))
+    worker.start()
+    try:
+        manager.dispatch(jobs.Blocking("long"))
+        assert jobs.Blocking.started.setdefault("long", threading.Event()).wait(5)
+        a_minute_ago = time.time() - 60
+        os.utime(alive, (a_minute_ago, a_minute_ago))
+        wait_until(lambda: alive.stat().st_mtime > a_minute_ago, 5, message="the busy loop to touch the file")
+        assert worker.health().running == 1
+    finally:
+        jobs.Blocking.events.setdefault("long", threading.Event()).set()
+        worker.stop(grace=0)
+        worker.join(5)
