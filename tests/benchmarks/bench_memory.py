@@ -1,6 +1,6 @@
 """Memory driver benchmark: dispatch and drain rates, and idle dispatch-to-start latency.
 
-    .venv/bin/python tests/benchmarks/bench_memory.py [--jobs 100000] [--threads 8] [--probes 500]
+    .venv/bin/python tests/benchmarks/bench_memory.py [--jobs 100000] [--threads 8] [--probes 500] [--locks]
 
 Dispatch: ``dispatch`` one at a time and ``dispatch_many`` in batches of 1,000.
 Drain: a worker with ``--threads`` threads runs the backlog of no-op jobs
@@ -9,6 +9,8 @@ driver that hands out ready-made jobs and does nothing else, with 1, 2 and
 ``--threads`` threads: what the worker itself costs. Latency: an idle worker (``sleep`` of
 60 s, so only the backend's wake-up can start the job early) and one probe at
 a time: the time from just before ``dispatch`` to the first line of ``handle``.
+``--locks`` gives the manager a memory lock store (paused queues, the worker
+registry and fleet throughput then cost what they cost).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from benchjobs import Noop, Probe, percentile, probe_started, started_at
 
 from rainier_sync import Container, JobRegistry, QueuedJob, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
+from rainier_sync.locks import MemoryLockStore
 
 
 class ReadyMade(MemoryQueue):
@@ -54,10 +57,13 @@ def worker_alone(jobs: int, threads: int) -> float:
     return jobs / (time.perf_counter() - t0)
 
 
-def manager() -> tuple[QueueManager, MemoryQueue]:
+def manager(locks: bool = False) -> tuple[QueueManager, MemoryQueue]:
     queue = MemoryQueue()
     return QueueManager(
-        {"m": queue}, registry=JobRegistry().with_job(Noop).with_job(Probe), container=Container()
+        {"m": queue},
+        registry=JobRegistry().with_job(Noop).with_job(Probe),
+        container=Container(),
+        locks=MemoryLockStore() if locks else None,
     ), queue
 
 
@@ -66,6 +72,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--probes", type=int, default=500)
+    parser.add_argument("--locks", action="store_true", help="give the manager a memory lock store")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
 
@@ -75,7 +82,7 @@ def main() -> None:
         m.dispatch(Noop())
     single = args.jobs / (time.perf_counter() - t0)
 
-    m, queue = manager()
+    m, queue = manager(args.locks)
     t0 = time.perf_counter()
     for start in range(0, args.jobs, 1000):
         m.dispatch_many([Noop() for _ in range(min(1000, args.jobs - start))])
@@ -86,7 +93,7 @@ def main() -> None:
     drain_s = time.perf_counter() - t0
     assert stats.processed == args.jobs and queue.size() == 0, stats
 
-    m, queue = manager()
+    m, queue = manager(args.locks)
     worker = Worker(m, options=WorkerOptions(concurrency=args.threads, sleep=60))
     worker.start()
     latencies = []
@@ -103,7 +110,7 @@ def main() -> None:
 
     alone = {n: worker_alone(args.jobs, n) for n in sorted({1, 2, args.threads})}
 
-    print(f"jobs: {args.jobs}, threads: {args.threads}")
+    print(f"jobs: {args.jobs}, threads: {args.threads}, lock store: {'memory' if args.locks else 'none'}")
     print(f"dispatch (one at a time): {single:,.0f} jobs/s")
     print(f"dispatch_many (1,000 per call): {bulk:,.0f} jobs/s")
     print(f"drain: {args.jobs / drain_s:,.0f} jobs/s ({drain_s:.2f} s)")

@@ -1,9 +1,11 @@
 """Redis driver benchmark: dispatch, dispatch_many, drain, idle latency, delayed-job lateness.
 
-    .venv/bin/python tests/benchmarks/bench_redis.py [--jobs 10000] [--threads 8] [--repeat 3]
+    .venv/bin/python tests/benchmarks/bench_redis.py [--jobs 10000] [--threads 8] [--repeat 3] [--locks]
 
 Uses the Redis at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/13``) under a
-fresh key prefix, deleted afterwards. Every job is a no-op.
+fresh key prefix, deleted afterwards. Every job is a no-op. ``--locks`` gives
+the manager a Redis lock store under the same prefix (paused queues, the
+worker registry and fleet throughput then cost what they cost).
 
 - dispatch: ``manager.dispatch`` one job at a time (2,000 jobs).
 - dispatch_many: ``manager.dispatch_many`` of the whole backlog, one call.
@@ -31,6 +33,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from rainier_sync import Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions  # noqa: E402
 from rainier_sync.drivers.redis import RedisQueue  # noqa: E402
+from rainier_sync.locks import RedisLockStore  # noqa: E402
 
 started: dict[str, float] = {}
 
@@ -60,9 +63,10 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def manager_for(url: str, prefix: str) -> tuple[QueueManager, RedisQueue]:
+def manager_for(url: str, prefix: str, locks: bool = False) -> tuple[QueueManager, RedisQueue]:
     driver = RedisQueue.from_url(url, prefix=prefix)
-    return QueueManager({"redis": driver}, registry=JobRegistry().with_job(Noop).with_job(Stamp)), driver
+    store = RedisLockStore.from_url(url, prefix=prefix + "lock:") if locks else None
+    return QueueManager({"redis": driver}, registry=JobRegistry().with_job(Noop).with_job(Stamp), locks=store), driver
 
 
 def cleanup(driver: RedisQueue, prefix: str) -> None:
@@ -71,9 +75,9 @@ def cleanup(driver: RedisQueue, prefix: str) -> None:
         driver.client.delete(*keys)
 
 
-def bench_dispatch(url: str, jobs: int, threads: int) -> dict[str, float]:
+def bench_dispatch(url: str, jobs: int, threads: int, locks: bool) -> dict[str, float]:
     prefix = f"bench:{uuid.uuid4().hex[:10]}:"
-    manager, driver = manager_for(url, prefix)
+    manager, driver = manager_for(url, prefix, locks)
     try:
         t0 = time.perf_counter()
         for n in range(2000):
@@ -95,9 +99,9 @@ def bench_dispatch(url: str, jobs: int, threads: int) -> dict[str, float]:
         manager.close()
 
 
-def bench_latency(url: str, threads: int) -> dict[str, float]:
+def bench_latency(url: str, threads: int, locks: bool) -> dict[str, float]:
     prefix = f"bench:{uuid.uuid4().hex[:10]}:"
-    manager, driver = manager_for(url, prefix)
+    manager, driver = manager_for(url, prefix, locks)
     producer_manager, producer = manager_for(url, prefix)
     worker = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=threads, sleep=1.0))
     worker.start()
@@ -146,15 +150,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--locks", action="store_true", help="give the manager a Redis lock store")
     parser.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"))
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
-    rates = [bench_dispatch(args.url, args.jobs, args.threads) for _ in range(args.repeat)]
+    rates = [bench_dispatch(args.url, args.jobs, args.threads, args.locks) for _ in range(args.repeat)]
     for name in ("dispatch", "dispatch_many", "drain"):
         values = [r[name] for r in rates]
         shown = ", ".join(f"{v:,.0f}" for v in values)
         print(f"{name:>14}: best {max(values):>9,.0f} jobs/s   (runs: {shown})")
-    latency = bench_latency(args.url, args.threads)
+    latency = bench_latency(args.url, args.threads, args.locks)
     print(
         f"  idle latency: p50 {latency['idle_p50_ms']:.2f} ms, p99 {latency['idle_p99_ms']:.2f} ms"
         f" ({latency['idle_missing']} missing)"
