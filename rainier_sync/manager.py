@@ -33,6 +33,7 @@ from .types import QueuedJob, Result, decode
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
+    from .fleet import MinuteCounts, WorkerInfo
     from .locks.base import LockStore
     from .schedule import Schedule
 
@@ -270,6 +271,34 @@ class QueueManager:
                 "(a RedisLockStore or DatabaseLockStore)"
             )
         self.locks.set_flag(group, queue, on)
+
+    # -- the fleet ----------------------------------------------------------------------
+    def workers(self, connection: str | None = None) -> list[WorkerInfo]:
+        """The workers of ``connection`` (every connection when None), in any
+        process, as they last recorded themselves in the lock store: a record
+        lapses about 30 s after its worker stopped refreshing it. Empty without
+        a lock store."""
+        from .fleet import list_workers
+
+        if self.locks is None:
+            return []
+        return list_workers(self.locks, self._fleet_connections(connection))
+
+    def throughput(self, connection: str | None = None, minutes: int = 60) -> list[MinuteCounts]:
+        """What the workers of ``connection`` (every connection when None), in
+        any process, finished in each of the last ``minutes`` minutes, oldest
+        first (kept two hours). Empty without a lock store."""
+        from .fleet import read_throughput
+
+        if self.locks is None:
+            return []
+        return read_throughput(self.locks, self._fleet_connections(connection), minutes)
+
+    def _fleet_connections(self, connection: str | None) -> list[str]:
+        if connection is None:
+            return sorted(self._connections)
+        self.connection(connection)  # an undeclared connection is an error
+        return [connection]
 
     def retry_failed(self, id: str, connection: str | None = None) -> bool:
         """Queue a failed job again (attempts reset); False when no failed job has ``id``.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import signal
 import threading
 from types import FrameType
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _clock, signals
 from ..errors import ConfigurationError
 from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
+from ..fleet import RECORD_EVERY, FleetRecorder
 from ..scheduler import Scheduler
 from ..types import QueuedJob
 from .attempts import Attempts
@@ -89,9 +91,21 @@ class Worker:
         self._pool: Pool[QueuedJob] | None = None
         self._session: ConsumerSession | None = None
         self._health = Health(self, self.connection_name, once=self.options.once, give_up=self.options.give_up)
+        #: The attempts running in pool threads, and when each started (monotonic),
+        #: kept only for the worker's record.
+        self._started: dict[int, tuple[QueuedJob, float]] | None = None
+        #: This worker's record in the lock store, and its counts per minute (None without a store).
+        self.fleet: FleetRecorder | None = None
+        if manager.locks is not None:
+            self._started = {}
+            self.fleet = FleetRecorder(
+                manager.locks, self.connection_name or self.driver.connection, self.options.queues,
+                self.options.concurrency,
+                report=self._health.failed, running=self._running_since,
+            )  # fmt: skip
         self._claims = Claims(
             self._consumer, self.executor, self.stats, report=self._health.failed, stop=self.stop,
-            stopping=self._stop.is_set,
+            stopping=self._stop.is_set, count=self.fleet.count if self.fleet is not None else None,
         )  # fmt: skip
         # What running jobs see as context.stop_requested: one notice for all of
         # them (set by stop()), apart from the worker's own stop flag.
@@ -126,6 +140,8 @@ class Worker:
         #: The longest the loop waits between turns: with a health file, it turns
         #: about as often as it touches the file, busy or idle, whatever ``sleep``.
         self._longest_wait = TOUCH_EVERY if self._health_file is not None else float("inf")
+        if self.fleet is not None:  # and about as often as its record is refreshed
+            self._longest_wait = min(self._longest_wait, RECORD_EVERY)
         #: When the owning loop last began a turn (monotonic; None before the run).
         self._last_turn: float | None = None
 
@@ -224,6 +240,8 @@ class Worker:
         self._next_beat = now + self._beat if self._beat else float("inf")
         self._next_reclaim = 0.0
         self._health.ok()
+        if self.fleet is not None:
+            self.fleet.refresh(now)
         self._loop_thread = threading.get_ident()
         signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
         self._start_pool()
@@ -261,6 +279,9 @@ class Worker:
         scheduler = self.scheduler
         if scheduler is not None and not self._stop.is_set() and _clock.now() >= scheduler.next_due:
             self._health.call("schedule", scheduler.run_due)
+        fleet = self.fleet
+        if fleet is not None and now >= fleet.next_at:
+            fleet.refresh(now)
         claims.collect(now)
 
     def _stopping(self) -> bool:
@@ -358,7 +379,7 @@ class Worker:
             timeout = max(0.0, claims.unsettled_since + ACK_DELAY - now)
         elif waiting:
             timeout = ACK_DELAY if timeout is None else min(timeout, ACK_DELAY)
-        if self._health_file is not None:
+        if math.isfinite(self._longest_wait):
             timeout = self._longest_wait if timeout is None else min(timeout, self._longest_wait)
         self._waker.wait(timeout)
 
@@ -398,6 +419,8 @@ class Worker:
                 session.close()
             except Exception as exc:  # noqa: BLE001 - what the session held comes back when its reservations lapse
                 self._health.failed("close_session", exc)
+        if self.fleet is not None:
+            self.fleet.leave()
 
     # -- the pieces of a turn ------------------------------------------------------------
     def _consumer(self) -> ConsumerSession:
@@ -479,6 +502,14 @@ class Worker:
         self._claims.let_go(jobs)
         return True
 
+    def _running_since(self) -> list[tuple[QueuedJob, float]]:
+        """The attempts running now, and when each started (seconds since the epoch)."""
+        started = self._started
+        if not started:
+            return []
+        now, monotonic = _clock.now(), _clock.monotonic()
+        return [(job, now - (monotonic - began)) for job, began in list(started.values())]
+
     def _heartbeat(self) -> None:
         jobs = list(self._claims.running.values())
         if jobs:
@@ -537,10 +568,15 @@ class Worker:
             self._declined.append(job)
             self._waker.set()
             return
+        started = self._started
+        if started is not None:
+            started[id(job)] = (job, _clock.monotonic())
         try:
             completion = self.attempts.run(job, self._stop_notice)
         except BaseException as exc:  # noqa: BLE001 - never lose a completion
             completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
+        if started is not None:
+            started.pop(id(job), None)
         done = self._claims.done
         done.append(completion)
         # A batch's worth finished, or nothing left to start: the loop has work. (It

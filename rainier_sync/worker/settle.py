@@ -37,6 +37,7 @@ class Claims:
         report: Callable[[str, BaseException], None],
         stop: Callable[[], None],
         stopping: Callable[[], bool],
+        count: Callable[[Sequence[Completion]], None] | None = None,
     ) -> None:
         self._session = session
         self._executor = executor
@@ -44,6 +45,8 @@ class Claims:
         self._report = report
         self._stop = stop
         self._stopping = stopping
+        #: Told of every settled completion (the worker's counts per minute for the fleet).
+        self._count = count
         #: Every job claimed and not yet settled: waiting in the pool, running, or finished.
         self.running: dict[int, QueuedJob] = {}  # by the claimed object: a job id may come twice
         #: Attempts finished by pool threads, not yet seen by the owning loop.
@@ -163,6 +166,8 @@ class Claims:
 
     def _account(self, completions: Sequence[Completion]) -> None:
         """Count settled completions, and stop when a job raised SystemExit or KeyboardInterrupt."""
+        if self._count is not None and completions:
+            self._count(completions)
         running = self.running
         stats = self._stats
         pace = self.pace

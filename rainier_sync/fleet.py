@@ -1,0 +1,313 @@
+"""The fleet: the workers that record themselves in the lock store, and the jobs
+they finished per minute.
+
+A worker whose manager has a lock store keeps a JSON record under
+``worker:<id>`` (refreshed every :data:`RECORD_EVERY` seconds, lapsing
+:data:`RECORD_TTL` seconds after the last refresh) and raises its flag in
+``workers:<connection>``, so a listing finds it; a clean exit removes both, and
+a listing lowers the flags whose records lapsed. Its finished attempts are
+counted in memory and added, with each refresh, to the tally
+``throughput:<connection>:<minute>`` (fields ``<queue>|<outcome>``), kept
+:data:`THROUGHPUT_KEEP` seconds: one write per refresh, never one per job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from . import _clock
+
+if TYPE_CHECKING:
+    from .execution import Completion, Outcome
+    from .locks.base import LockStore
+    from .types import QueuedJob
+
+__all__ = [
+    "WorkerInfo",
+    "RunningJob",
+    "MinuteCounts",
+    "FleetRecorder",
+    "list_workers",
+    "read_throughput",
+    "RECORD_EVERY",
+    "RECORD_TTL",
+    "THROUGHPUT_KEEP",
+    "RUNNING_SHOWN",
+]
+
+#: Seconds between a worker's refreshes of its record (and flushes of its counts).
+RECORD_EVERY = 5.0
+#: Seconds a worker's record outlives its last refresh: a worker that died without
+#: removing it leaves every listing this long after.
+RECORD_TTL = 30.0
+#: Seconds a minute's counts are kept.
+THROUGHPUT_KEEP = 2 * 3600.0
+#: The most running jobs a record lists (it still counts them all).
+RUNNING_SHOWN = 50
+#: The outcomes a minute's counts name, in the order pages show them.
+OUTCOMES = ("processed", "failed", "released", "deferred", "skipped", "interrupted", "abandoned")
+
+
+def worker_key(worker_id: str) -> str:
+    return f"worker:{worker_id}"
+
+
+def workers_group(connection: str) -> str:
+    return f"workers:{connection}"
+
+
+def throughput_key(connection: str, minute: int) -> str:
+    """The tally of ``connection``'s counts in the minute starting at ``minute`` (seconds since the epoch)."""
+    return f"throughput:{connection}:{minute}"
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job a worker was running at its last refresh."""
+
+    id: str
+    name: str
+    queue: str
+    #: When the attempt started, in seconds since the epoch.
+    started: float
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as it last recorded itself (:meth:`QueueManager.workers`)."""
+
+    id: str
+    host: str
+    pid: int
+    connection: str
+    queues: tuple[str, ...]
+    concurrency: int
+    #: The rainier_sync version the worker runs.
+    version: str
+    #: When the worker started, and when it last refreshed this record (seconds since the epoch).
+    started: float
+    last_heartbeat: float
+    #: Attempts running at the last refresh: the first :data:`RUNNING_SHOWN`, and how many in all.
+    running: tuple[RunningJob, ...] = ()
+    running_count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "connection": self.connection,
+            "queues": list(self.queues),
+            "concurrency": self.concurrency,
+            "version": self.version,
+            "started": self.started,
+            "last_heartbeat": self.last_heartbeat,
+            "running": [
+                {"id": job.id, "name": job.name, "queue": job.queue, "started": job.started} for job in self.running
+            ],
+            "running_count": self.running_count,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerInfo:
+        return cls(
+            id=str(data["id"]),
+            host=str(data["host"]),
+            pid=int(data["pid"]),
+            connection=str(data["connection"]),
+            queues=tuple(str(q) for q in data["queues"]),
+            concurrency=int(data["concurrency"]),
+            version=str(data["version"]),
+            started=float(data["started"]),
+            last_heartbeat=float(data["last_heartbeat"]),
+            running=tuple(
+                RunningJob(str(j["id"]), str(j["name"]), str(j["queue"]), float(j["started"])) for j in data["running"]
+            ),
+            running_count=int(data["running_count"]),
+        )
+
+
+@dataclass(frozen=True)
+class MinuteCounts:
+    """What the fleet finished in one minute (:meth:`QueueManager.throughput`)."""
+
+    #: The minute's start, in seconds since the epoch.
+    minute: int
+    #: Attempts by queue and outcome (``processed``, ``failed``, ``released``, ``deferred``...).
+    by_queue: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def total(self, outcome: str) -> int:
+        """Attempts of every queue that came to ``outcome``."""
+        return sum(counts.get(outcome, 0) for counts in self.by_queue.values())
+
+    @property
+    def processed(self) -> int:
+        return self.total("processed")
+
+    @property
+    def failed(self) -> int:
+        return self.total("failed")
+
+    @property
+    def released(self) -> int:
+        return self.total("released")
+
+    @property
+    def deferred(self) -> int:
+        return self.total("deferred")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rainier_sync")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class FleetRecorder:
+    """One worker's record and counts, kept by its owning loop (never shared
+    between threads). Failed writes go to ``report`` and are tried again at the
+    next refresh; nothing here raises."""
+
+    def __init__(
+        self,
+        locks: LockStore,
+        connection: str,
+        queues: Sequence[str],
+        concurrency: int,
+        *,
+        report: Callable[[str, BaseException], None],
+        running: Callable[[], Iterable[tuple[QueuedJob, float]]],
+    ) -> None:
+        self.locks = locks
+        self.connection = connection
+        self._report = report
+        self._running = running
+        host = socket.gethostname()
+        pid = os.getpid()
+        self.id = f"{host}-{pid}-{secrets.token_hex(4)}"
+        self._record: dict[str, Any] = {
+            "id": self.id,
+            "host": host,
+            "pid": pid,
+            "connection": connection,
+            "queues": list(queues),
+            "concurrency": concurrency,
+            "version": _version(),
+            "started": _clock.now(),
+        }
+        #: When the next refresh is due (the owning loop's monotonic clock).
+        self.next_at = 0.0
+        #: Counts not yet written: by minute, then by queue and outcome.
+        self._counts: dict[int, dict[tuple[str, Outcome], int]] = {}
+
+    def count(self, completions: Sequence[Completion]) -> None:
+        """Count settled attempts under the current minute (written at the next refresh)."""
+        minute = int(_clock.now() // 60) * 60
+        counts = self._counts.get(minute)
+        if counts is None:
+            counts = self._counts[minute] = {}
+        for completion in completions:
+            key = (completion.job.queue, completion.outcome)
+            counts[key] = counts.get(key, 0) + 1
+
+    def refresh(self, now: float) -> None:
+        """Write the record and the counts; the next refresh falls due :data:`RECORD_EVERY` seconds after ``now``."""
+        self.next_at = now + RECORD_EVERY
+        try:
+            self.locks.put_value(worker_key(self.id), json.dumps(self._snapshot()), RECORD_TTL)
+            # Raised every time: a listing lowers it if the record lapsed while this worker was stuck.
+            self.locks.set_flag(workers_group(self.connection), self.id, True)
+        except Exception as exc:  # noqa: BLE001 - reported; tried again at the next refresh
+            self._report("record_worker", exc)
+        self.flush()
+
+    def flush(self) -> None:
+        """Add the counts kept in memory to the lock store's tallies."""
+        if not self._counts:
+            return
+        pending, self._counts = self._counts, {}
+        oldest = _clock.now() - THROUGHPUT_KEEP
+        for minute in sorted(pending):
+            try:
+                fields = {f"{queue}|{outcome.value}": n for (queue, outcome), n in pending[minute].items()}
+                self.locks.tally_add(throughput_key(self.connection, minute), fields, THROUGHPUT_KEEP)
+            except Exception as exc:  # noqa: BLE001 - reported; kept for the next refresh
+                self._report("count_throughput", exc)
+                for later in (m for m in pending if m >= minute and m > oldest):
+                    self._merge(later, pending[later])
+                return
+
+    def _merge(self, minute: int, counts: dict[tuple[str, Outcome], int]) -> None:
+        held = self._counts.setdefault(minute, {})
+        for name, n in counts.items():
+            held[name] = held.get(name, 0) + n
+
+    def leave(self) -> None:
+        """At a clean exit: write the last counts and remove the record."""
+        self.flush()
+        try:
+            self.locks.set_flag(workers_group(self.connection), self.id, False)
+            # Overwritten rather than left to lapse: a listing that read the flag just before still skips it.
+            self.locks.put_value(worker_key(self.id), "", 1.0)
+        except Exception as exc:  # noqa: BLE001 - reported; the record lapses on its own
+            self._report("record_worker", exc)
+
+    def _snapshot(self) -> dict[str, Any]:
+        running = sorted(self._running(), key=lambda item: item[1])
+        record = dict(self._record)
+        record["last_heartbeat"] = _clock.now()
+        record["running"] = [
+            {"id": job.id, "name": job.name, "queue": job.queue, "started": started}
+            for job, started in running[:RUNNING_SHOWN]
+        ]
+        record["running_count"] = len(running)
+        return record
+
+
+def list_workers(locks: LockStore, connections: Iterable[str]) -> list[WorkerInfo]:
+    """The workers recorded for ``connections``, by connection then start; the
+    flags of records that lapsed are lowered on the way."""
+    found: list[WorkerInfo] = []
+    for connection in connections:
+        group = workers_group(connection)
+        for worker_id in sorted(locks.flags(group)):
+            info = _read_worker(locks.get_value(worker_key(worker_id)))
+            if info is None:
+                locks.set_flag(group, worker_id, False)
+            else:
+                found.append(info)
+    found.sort(key=lambda w: (w.connection, w.started, w.id))
+    return found
+
+
+def _read_worker(text: str | None) -> WorkerInfo | None:
+    if not text:
+        return None
+    try:
+        return WorkerInfo.from_dict(json.loads(text))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def read_throughput(locks: LockStore, connections: Iterable[str], minutes: int = 60) -> list[MinuteCounts]:
+    """The counts of the last ``minutes`` minutes (this one included), oldest
+    first, summed over ``connections``; a minute nothing finished in has none."""
+    names = list(connections)
+    last = int(_clock.now() // 60) * 60
+    rows: list[MinuteCounts] = []
+    for minute in range(last - 60 * (max(1, minutes) - 1), last + 60, 60):
+        by_queue: dict[str, dict[str, int]] = {}
+        for connection in names:
+            for name, n in (locks.tally(throughput_key(connection, minute)) or {}).items():
+                queue, _, outcome = name.rpartition("|")
+                held = by_queue.setdefault(queue, {})
+                held[outcome] = held.get(outcome, 0) + n
+        rows.append(MinuteCounts(minute, by_queue))
+    return rows

@@ -1,0 +1,229 @@
+"""The fleet: workers recording themselves in the lock store, and their counts per minute."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+from freezegun import freeze_time
+
+from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions, fleet, signals
+from rainier_sync.drivers import MemoryQueue
+from rainier_sync.fleet import RECORD_TTL, MinuteCounts, WorkerInfo
+from rainier_sync.locks import MemoryLockStore
+from rainier_sync.worker import loop
+
+from . import jobs
+
+
+def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``check`` (a state kept in the lock store, which no event announces) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "never came true"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers refresh their records every 20 ms instead of every few seconds."""
+    monkeypatch.setattr(fleet, "RECORD_EVERY", 0.02)
+    monkeypatch.setattr(loop, "RECORD_EVERY", 0.02)
+
+
+@pytest.fixture
+def started() -> Iterator[list[Worker]]:
+    running: list[Worker] = []
+    yield running
+    for event in jobs.Blocking.events.values():
+        event.set()
+    for worker in running:
+        worker.stop()
+        worker.join(5)
+
+
+def test_two_workers_record_themselves_with_what_they_run(
+    manager: QueueManager, often: None, started: list[Worker]
+) -> None:
+    for name in ("a", "b"):
+        jobs.Blocking.started[name] = threading.Event()
+    manager.dispatch(jobs.Blocking("a"))
+    manager.dispatch_on("other", jobs.Blocking("b"))
+    began = time.time()
+    first = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=2))
+    second = Worker(manager, options=WorkerOptions(queues=["other", "low"], concurrency=3))
+    for worker in (first, second):
+        started.append(worker)
+        worker.start()
+    assert jobs.Blocking.started["a"].wait(5) and jobs.Blocking.started["b"].wait(5)
+
+    def both_running() -> bool:
+        found = manager.workers()
+        return len(found) == 2 and all(w.running_count == 1 for w in found)
+
+    eventually(both_running)
+    found = {w.id: w for w in manager.workers()}
+    assert first.fleet is not None and second.fleet is not None
+    assert set(found) == {first.fleet.id, second.fleet.id}
+    info = found[second.fleet.id]
+    assert isinstance(info, WorkerInfo)
+    assert info.id.startswith(f"{socket.gethostname()}-{os.getpid()}-")
+    assert (info.host, info.pid, info.connection) == (socket.gethostname(), os.getpid(), "main")
+    assert (info.queues, info.concurrency) == (("other", "low"), 3)
+    assert info.version and info.version != "unknown"
+    assert began - 1 <= info.started <= info.last_heartbeat <= time.time() + 1
+    (job,) = info.running
+    assert (job.name, job.queue) == (jobs.Blocking.NAME, "other")
+    assert info.started - 1 <= job.started <= time.time() + 1
+    assert manager.workers("main") == manager.workers()
+
+
+def test_a_stopped_worker_leaves_the_list(manager: QueueManager, often: None, started: list[Worker]) -> None:
+    staying = Worker(manager, options=WorkerOptions(concurrency=1))
+    leaving = Worker(manager, options=WorkerOptions(concurrency=1))
+    for worker in (staying, leaving):
+        started.append(worker)
+        worker.start()
+    eventually(lambda: len(manager.workers()) == 2)
+    leaving.stop()
+    leaving.join(5)
+    assert [w.id for w in manager.workers()] == [staying.fleet.id]  # type: ignore[union-attr]
+    assert manager.locks is not None
+    assert manager.locks.flags("workers:main") == {staying.fleet.id}  # type: ignore[union-attr]
+
+
+def test_a_worker_that_died_ages_out(manager: QueueManager) -> None:
+    with freeze_time("2026-03-01 12:00:00") as frozen:
+        dead = Worker(manager, options=WorkerOptions(concurrency=1))
+        assert dead.fleet is not None
+        dead.fleet.refresh(time.monotonic())  # recorded, then never refreshed nor removed
+        assert [w.id for w in manager.workers()] == [dead.fleet.id]
+        frozen.tick(RECORD_TTL - 1)
+        assert len(manager.workers()) == 1
+        frozen.tick(2)
+        assert manager.workers() == []
+        assert manager.locks is not None and manager.locks.flags("workers:main") == set()
+
+
+def test_counts_per_minute_are_summed_over_workers_and_connections(registry: JobRegistry) -> None:
+    locks = MemoryLockStore()
+    one, two = MemoryQueue(reservation=30), MemoryQueue(reservation=30)
+    manager = QueueManager({"one": one, "two": two}, "one", registry, Container(), locks=locks)
+    manager.dispatch_many([jobs.Record(n) for n in range(3)])
+    manager.dispatch_on("other", jobs.Record("x"))
+    manager.dispatch(jobs.Flaky())  # fails with tries left: released
+    manager.pending(jobs.Record("y")).on_connection("two").send()
+    Worker(manager, options=WorkerOptions(queues=["default", "other"], once=True)).run()
+    Worker(manager, options=WorkerOptions(once=True), connection="two").run()
+
+    rows = manager.throughput(minutes=5)
+    assert len(rows) == 5 and all(isinstance(r, MinuteCounts) for r in rows)
+    assert [r.minute for r in rows] == sorted(r.minute for r in rows) and rows[-1].minute % 60 == 0
+    assert rows[-1].minute <= time.time() < rows[-1].minute + 60
+
+    def summed(found: list[MinuteCounts]) -> dict[str, dict[str, int]]:
+        total: dict[str, dict[str, int]] = {}
+        for row in found:
+            for queue, counts in row.by_queue.items():
+                for outcome, n in counts.items():
+                    total.setdefault(queue, {})
+                    total[queue][outcome] = total[queue].get(outcome, 0) + n
+        return total
+
+    assert summed(rows) == {"default": {"processed": 4, "released": 1}, "other": {"processed": 1}}
+    assert summed(manager.throughput("two", minutes=5)) == {"default": {"processed": 1}}
+    assert sum(r.processed for r in rows) == 5 and sum(r.released for r in rows) == 1
+    assert sum(r.failed + r.deferred for r in rows) == 0
+
+
+class CountingStore(MemoryLockStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
+        self.calls["tally_add"] = self.calls.get("tally_add", 0) + 1
+        return super().tally_add(key, counts, ttl)
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        self.calls["put_value"] = self.calls.get("put_value", 0) + 1
+        super().put_value(key, value, ttl)
+
+
+def test_counts_are_written_with_the_refresh_not_per_job(registry: JobRegistry) -> None:
+    locks = CountingStore()
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container(), locks=locks)
+    manager.dispatch_many([jobs.Record(n) for n in range(200)])
+    stats = Worker(manager, options=WorkerOptions(once=True, concurrency=4)).run()
+    assert stats.processed == 200
+    # Begun and left within one refresh: the record written twice, the counts once (twice across a minute).
+    assert locks.calls["put_value"] == 2
+    assert 1 <= locks.calls["tally_add"] <= 2
+    assert sum(r.processed for r in manager.throughput(minutes=2)) == 200
+
+
+class FailingStore(MemoryLockStore):
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        raise ConnectionError("lock store down")
+
+    def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
+        raise ConnectionError("lock store down")
+
+
+def test_a_store_that_fails_is_reported_and_the_worker_goes_on(registry: JobRegistry) -> None:
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container(), locks=FailingStore())
+    manager.dispatch_many([jobs.Record(n) for n in range(5)])
+    failed: list[str] = []
+
+    def on_failure(sender: Any, **kwargs: Any) -> None:
+        failed.append(kwargs["operation"])
+
+    signals.queue_operation_failed.connect(on_failure)
+    try:
+        stats = Worker(manager, options=WorkerOptions(once=True)).run()
+    finally:
+        signals.queue_operation_failed.disconnect(on_failure)
+    assert stats.processed == 5
+    assert "record_worker" in failed and "count_throughput" in failed
+
+
+def test_counts_the_store_refused_are_written_later(registry: JobRegistry) -> None:
+    locks = MemoryLockStore()
+    refusing = {"on": True}
+    original = locks.tally_add
+
+    def tally_add(key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
+        if refusing["on"]:
+            raise ConnectionError("lock store down")
+        return original(key, counts, ttl)
+
+    locks.tally_add = tally_add  # type: ignore[method-assign]
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container(), locks=locks)
+    worker = Worker(manager, options=WorkerOptions(once=True))
+    assert worker.fleet is not None
+    manager.dispatch_many([jobs.Record(n) for n in range(3)])
+    worker.run()
+    assert manager.throughput(minutes=2)[-1].processed == 0
+    refusing["on"] = False
+    worker.fleet.flush()
+    assert sum(r.processed for r in manager.throughput(minutes=2)) == 3
+
+
+def test_without_a_lock_store_there_is_no_fleet(registry: JobRegistry) -> None:
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container())
+    worker = Worker(manager, options=WorkerOptions(once=True))
+    assert worker.fleet is None
+    assert manager.workers() == [] and manager.throughput() == []
+
+
+def test_an_undeclared_connection_is_an_error(manager: QueueManager) -> None:
+    from rainier_sync.errors import UnknownConnectionError
+
+    with pytest.raises(UnknownConnectionError):
+        manager.workers("nope")
+    with pytest.raises(UnknownConnectionError):
+        manager.throughput("nope")
