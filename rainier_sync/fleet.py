@@ -200,7 +200,6 @@ class FleetRecorder:
             "queues": list(queues),
             "concurrency": concurrency,
             "version": _version(),
-            "started": _clock.now(),
         }
         #: When the next refresh is due (the owning loop's monotonic clock).
         self.next_at = 0.0
@@ -261,8 +260,11 @@ class FleetRecorder:
 
     def _snapshot(self) -> dict[str, Any]:
         running = sorted(self._running(), key=lambda item: item[1])
-        record = dict(self._record)
-        record["last_heartbeat"] = _clock.now()
+        now = _clock.now()
+        record = self._record
+        record.setdefault("started", now)  # the first refresh is the run's start
+        record = dict(record)
+        record["last_heartbeat"] = now
         record["running"] = [
             {"id": job.id, "name": job.name, "queue": job.queue, "started": started}
             for job, started in running[:RUNNING_SHOWN]

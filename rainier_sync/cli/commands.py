@@ -262,8 +262,9 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     wanted = [q for q in (args.queue or "").split(",") if q]
     report: list[dict[str, Any]] = []
     for name, driver in selected(manager, args.connection):
-        entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0}
+        entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0, "workers": []}
         if driver.driver.is_deferred():
+            entry["workers"] = [worker.to_dict() for worker in manager.workers(name)]
             paused = manager.paused(name)
             for queue in dict.fromkeys([*wanted, *sorted(driver.queue_names()), *sorted(paused)]):
                 counts = driver.counts(queue)
@@ -294,7 +295,33 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
             rows.append([entry["connection"], entry["driver"], label, *sizes, failed])
     headers = ["CONNECTION", "DRIVER", "QUEUE", "READY", "DELAYED", "RESERVED", "TOTAL", "FAILED"]
     table(out, headers, rows, numeric=range(3, 8))
+    if manager.locks is not None:
+        _print_workers(out, [worker for entry in report for worker in entry["workers"]])
     return EXIT_OK
+
+
+def _print_workers(out: IO[str], workers: list[dict[str, Any]]) -> None:
+    """The workers recorded in the lock store, below the queues."""
+    out.write("\n")
+    if not workers:
+        out.write("Workers: none recorded in the lock store.\n")
+        return
+    now = time.time()
+    rows = [
+        [
+            w["id"],
+            w["connection"],
+            ",".join(w["queues"]),
+            str(w["concurrency"]),
+            str(w["running_count"]),
+            when(w["started"]),
+            f"{max(0.0, now - w['last_heartbeat']):.0f}s ago",
+            w["version"],
+        ]
+        for w in workers
+    ]
+    headers = ["WORKER", "CONNECTION", "QUEUES", "THREADS", "RUNNING", "STARTED (UTC)", "SEEN", "VERSION"]
+    table(out, headers, rows, numeric=(3, 4))
 
 
 def cmd_pause(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:

@@ -80,6 +80,7 @@ def test_status_as_json(memory: MemoryQueue, capsys: pytest.CaptureFixture[str])
             "driver": "memory",
             "queues": {"default": {"ready": 1, "delayed": 0, "reserved": 0, "total": 1, "paused": False}},
             "failed": 0,
+            "workers": [],
         }
     ]
 
@@ -580,3 +581,44 @@ def test_queue_work_schedule_dispatches_and_runs_the_due_ticks(
     )  # fmt: skip
     assert main(["queue:work", "--once", "--schedule", APP]) == EXIT_OK
     assert out.read_text().split() == ["7", "ran"]
+
+
+def test_status_lists_the_workers_recorded_in_the_lock_store(capsys: pytest.CaptureFixture[str]) -> None:
+    manager = app.current = QueueManager(
+        connections={"main": MemoryQueue()}, registry=app.registry, container=Container(), locks=MemoryLockStore()
+    )
+    assert main(["queue:status", APP]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines()[-1] == "Workers: none recorded in the lock store."
+    workers = [
+        Worker(manager, options=WorkerOptions(queues=["default", "mail"], concurrency=4)),
+        Worker(manager, options=WorkerOptions(queues=["mail"], concurrency=2)),
+    ]
+    with freeze_time("2026-01-01 12:00:00"):
+        for worker in workers:
+            assert worker.fleet is not None
+            worker.fleet.refresh(0.0)  # recorded as a running worker records itself
+    with freeze_time("2026-01-01 12:00:07"):
+        assert main(["queue:status", APP]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("") + 1
+    assert lines[start].split() == [
+        "WORKER", "CONNECTION", "QUEUES", "THREADS", "RUNNING", "STARTED", "(UTC)", "SEEN", "VERSION"
+    ]  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in lines[start + 1 :]}
+    first = workers[0].fleet
+    assert first is not None and len(rows) == 2
+    assert rows[first.id][1:] == [
+        "main", "default,mail", "4", "0", "2026-01-01", "12:00:00", "7s", "ago", rainier_sync.__version__
+    ]  # fmt: skip
+    with freeze_time("2026-01-01 12:00:07"):
+        assert main(["queue:status", APP, "--json"]) == EXIT_OK
+    (entry,) = json.loads(capsys.readouterr().out)
+    recorded = {w["id"]: w for w in entry["workers"]}
+    assert set(recorded) == {w.fleet.id for w in workers if w.fleet is not None}
+    assert recorded[first.id]["queues"] == ["default", "mail"] and recorded[first.id]["concurrency"] == 4
+    assert recorded[first.id]["running"] == [] and recorded[first.id]["last_heartbeat"] == 1767268800.0
+    for worker in workers:
+        assert worker.fleet is not None
+        worker.fleet.leave()
+    assert main(["queue:status", APP, "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)[0]["workers"] == []
