@@ -3,7 +3,9 @@
 It shows, per connection and queue, the ready / delayed / reserved / failed
 counts, a throughput chart (server-rendered SVG, nothing fetched from
 elsewhere), the failed jobs with retry and forget buttons, a failed job's
-detail page, and the manager's schedule (when it has one).
+detail page, and the manager's schedule (when it has one). The Workers page
+lists the workers recorded in the lock store, in any process, and charts what
+the whole fleet finished in each of the last :data:`FLEET_MINUTES` minutes.
 
 Every request, static files included, is refused with 403 until the app gives
 an ``authorize`` callback that returns true for it, and with 503 while the
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from werkzeug.wrappers import Response as BaseResponse
 
     from ..drivers.base import BaseQueue
+    from ..fleet import MinuteCounts, WorkerInfo
     from ..manager import QueueManager
     from . import Throughput
 
@@ -56,6 +59,8 @@ FAILED_SCAN = 1000
 FAILED_LIST = 50
 #: How many characters of an error a list page shows (the job's page shows it all).
 ERROR_PREVIEW = 300
+#: How many minutes of the fleet's throughput the Workers page charts.
+FLEET_MINUTES = 60
 
 blueprint = Blueprint(
     "rainier_sync",
@@ -346,6 +351,97 @@ def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> 
     )
 
 
+#: The fleet chart's segments, bottom up: outcome, colour, words.
+FLEET_SEGMENTS = (
+    ("processed", "#2e7d32", "processed"),
+    ("released", "#f9a825", "released for a retry"),
+    ("failed", "#c62828", "failed"),
+    ("deferred", "#6a1b9a", "deferred"),
+)
+
+
+def build_fleet_chart(minutes: list[MinuteCounts], width: int = 600, height: int = 110) -> Chart:
+    """Bars: what every worker finished per minute (processed, released, failed, deferred, stacked)."""
+    totals = [[row.total(outcome) for outcome, _, _ in FLEET_SEGMENTS] for row in minutes]
+    peak = max((sum(counts) for counts in totals), default=0)
+    scale = (height - 20) / peak if peak else 0.0
+    slot = width / max(len(minutes), 1)
+    bars: list[dict[str, Any]] = []
+    labels: list[dict[str, Any]] = []
+    base = height - 14
+    for index, (row, counts) in enumerate(zip(minutes, totals, strict=True)):
+        x = round(index * slot + 1, 1)
+        w = round(max(slot - 2, 1), 1)
+        stamp = datetime.datetime.fromtimestamp(row.minute, tz=datetime.timezone.utc).strftime("%H:%M")
+        title = f"{stamp} UTC: " + ", ".join(
+            f"{n} {words}" for n, (_, _, words) in zip(counts, FLEET_SEGMENTS, strict=True)
+        )
+        top = float(base)
+        for n, (_, fill, _) in zip(counts, FLEET_SEGMENTS, strict=True):
+            h = round(n * scale, 1)
+            top -= h
+            bars.append({"x": x, "y": round(top, 1), "w": w, "h": h, "fill": fill, "title": title})
+        if index % 10 == 0 or index == len(minutes) - 1:
+            labels.append({"x": round(x + w / 2, 1), "text": stamp})
+    return Chart(
+        width=width,
+        height=height,
+        bars=bars,
+        peak=peak,
+        backlog_points="",
+        backlog_dots=[],
+        backlog_peak=0,
+        backlog_last=None,
+        labels=labels,
+    )
+
+
+@dataclass
+class FleetView:
+    """The Workers page: the workers recorded in the lock store, and the fleet's throughput."""
+
+    #: Whether the manager has a lock store (workers record themselves only in one).
+    tracked: bool
+    workers: list[WorkerInfo] = field(default_factory=list)
+    chart: Chart | None = None
+    #: The last :data:`FLEET_MINUTES` minutes by queue: ``(queue, {outcome: count})``.
+    queues: list[tuple[str, dict[str, int]]] = field(default_factory=list)
+    error: str | None = None
+
+
+def _fleet_view(manager: QueueManager) -> FleetView:
+    view = FleetView(tracked=manager.locks is not None)
+    if not view.tracked:
+        return view
+    try:
+        view.workers = manager.workers()
+        minutes = manager.throughput(minutes=FLEET_MINUTES)
+    except Exception as exc:  # noqa: BLE001 - an unreachable lock store must not take the page down
+        view.error = f"{type(exc).__name__}: {exc}"
+        return view
+    view.chart = build_fleet_chart(minutes)
+    by_queue: dict[str, dict[str, int]] = {}
+    for row in minutes:
+        for queue, counts in row.by_queue.items():
+            held = by_queue.setdefault(queue, {})
+            for outcome, n in counts.items():
+                held[outcome] = held.get(outcome, 0) + n
+    view.queues = sorted(by_queue.items())
+    return view
+
+
+def _age(ts: float) -> str:
+    """How long ago ``ts`` (seconds since the epoch) was: ``4s``, ``3m 20s``, ``2h 5m``."""
+    from .. import _clock
+
+    seconds = max(0, int(_clock.now() - ts))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
 def _driver(name: str) -> BaseQueue:
     from . import get_state
 
@@ -383,6 +479,20 @@ def index() -> str:
         clip=_clip,
         error_preview=ERROR_PREVIEW,
         notice=notice,
+    )
+
+
+@blueprint.route("/workers", methods=["GET"])
+def workers() -> str:
+    from . import get_state
+
+    return render_template(
+        "rainier_sync/workers.html",
+        fleet=_fleet_view(get_state().manager),
+        minutes=FLEET_MINUTES,
+        segments=FLEET_SEGMENTS,
+        when=_when,
+        age=_age,
     )
 
 

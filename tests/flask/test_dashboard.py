@@ -5,12 +5,13 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from rainier_sync import QueueManager, WorkerOptions
+from rainier_sync import Job, JobContext, QueueManager, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import FlaskWorker
 from rainier_sync.flask.dashboard import CSRF_SESSION_KEY, ERROR_PREVIEW
@@ -461,3 +462,103 @@ def test_the_schedule_is_listed_with_its_next_run_and_the_tick_last_dispatched()
 
     app, _ = make_app(authorize=lambda: True)
     assert 'id="schedule"' not in app.test_client().get("/queues/").get_data(as_text=True)
+
+
+# -- the Workers page ---------------------------------------------------------------------------
+@dataclass
+class Quiet(Job):
+    NAME = "tests.flask.quiet"
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
+def fleet_app() -> tuple[Flask, QueueManager]:
+    from rainier_sync import Container
+    from rainier_sync.locks import MemoryLockStore
+
+    from .apps import registry
+
+    manager = QueueManager(
+        connections={"primary": MemoryQueue()},
+        registry=registry().with_job(Quiet),
+        container=Container(),
+        locks=MemoryLockStore(),
+    )
+    return make_app(manager=manager, authorize=lambda: True)
+
+
+def test_the_workers_page_lists_the_recorded_workers_and_charts_the_fleet() -> None:
+    from freezegun import freeze_time
+
+    from rainier_sync import Worker
+    from rainier_sync.fleet import FleetRecorder
+
+    from .apps import RecordApp
+
+    app, manager = fleet_app()
+    assert manager.locks is not None
+    with freeze_time("2026-05-01 09:30:00") as frozen:
+        manager.dispatch_many([Quiet(), Quiet(), Quiet(), Explode("no")])
+        Worker(manager, options=WorkerOptions(queues=["default", "mail"], once=True, concurrency=1)).run()
+        running = Worker(manager, options=WorkerOptions(queues=["default", "mail"], concurrency=4))
+        assert running.fleet is not None
+        running.fleet.refresh(0.0)
+        # A worker elsewhere, running a job whose id needs escaping.
+        job = manager.build(RecordApp(SCRIPT))
+        job.id = SCRIPT
+        elsewhere = FleetRecorder(
+            manager.locks, "primary", ["mail"], 2, report=lambda op, exc: None, running=lambda: [(job, 1777627790.0)]
+        )
+        elsewhere.refresh(0.0)
+        frozen.tick(5)
+        response = app.test_client().get("/queues/workers")
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert "<script" not in page and "<code>&lt;script&gt;alert(" in page
+    assert "default-src 'none'" in response.headers["Content-Security-Policy"]
+    rows = re.findall(r'<tr class="worker" data-worker-id="([^"]+)">', page)
+    assert sorted(rows) == sorted([running.fleet.id, elsewhere.id])
+    assert 'class="workers-total">2<' in page and "default, mail" in page and "5s ago" in page
+    assert "RecordApp" not in page and "tests.flask.record-app" in page and "for 15s" in page
+    # The chart: three processed and one failed this minute, by queue in the table below it.
+    assert "<svg" in page and 'id="fleet-throughput"' in page and "peak 4/min" in page
+    assert "09:30 UTC: 3 processed, 0 released for a retry, 1 failed, 0 deferred" in page
+    assert re.search(
+        r'<tr data-queue="default"><td>default</td><td class="count processed">3</td>'
+        r'<td class="count released">0</td><td class="count failed">0</td>',
+        page,
+    )
+    assert re.search(r'<tr data-queue="mail"><td>mail</td><td class="count processed">0</td>', page)
+    assert '<td class="count failed">1</td>' in page
+
+
+def test_the_index_links_to_the_workers_page(allowed: tuple[Flask, QueueManager]) -> None:
+    app, _ = allowed
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert 'href="/queues/workers"' in page
+
+
+def test_the_workers_page_without_a_lock_store_says_what_it_needs(allowed: tuple[Flask, QueueManager]) -> None:
+    app, _ = allowed
+    response = app.test_client().get("/queues/workers")
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert 'id="untracked"' in page and "locks=" in page and "<svg" not in page
+
+
+def test_the_workers_page_reports_an_unreachable_lock_store() -> None:
+    app, manager = fleet_app()
+
+    def down(group: str) -> set[str]:
+        raise ConnectionError("lock store down")
+
+    manager.locks.flags = down  # type: ignore[union-attr, method-assign]
+    response = app.test_client().get("/queues/workers")
+    assert response.status_code == 200
+    assert "The lock store could not be read: ConnectionError: lock store down" in response.get_data(as_text=True)
+
+
+def test_the_workers_page_is_guarded_like_every_other() -> None:
+    app, _ = make_app()
+    assert app.test_client().get("/queues/workers").status_code == 403
