@@ -7,11 +7,13 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from freezegun import freeze_time
 
+from rainier_sync import Job, JobContext
 from rainier_sync.locks import LockStore, MemoryLockStore
 
 STORES = ["memory", "sqlite", "postgres", "mysql", "redis"]
@@ -180,3 +182,50 @@ def test_a_tally_settled_from_many_threads_is_exact(store: LockStore) -> None:
         thread.join(timeout=120)
     assert news.count(True) == 40
     assert store.tally(name) == {"total": 40, "pending": 0, "processed": 40, "failed": 0}
+
+
+@dataclass
+class Tick(Job):
+    NAME = "tests.contract.tick"
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
+def test_the_fleet_is_recorded_counted_and_aged_out(store: LockStore) -> None:
+    """Workers record themselves and their counts per minute in the store; a
+    stopped one leaves, a dead one lapses, and a listing lowers its flag."""
+    from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions
+    from rainier_sync.drivers import MemoryQueue
+    from rainier_sync.fleet import RECORD_TTL
+
+    connection = key()
+    manager = QueueManager(
+        {connection: MemoryQueue()}, registry=JobRegistry().with_job(Tick), container=Container(), locks=store
+    )
+    with freeze_time("2026-01-01 00:00:10") as clock:
+        manager.dispatch_many([Tick() for _ in range(5)])
+        manager.dispatch_on("other", Tick())
+        done = Worker(manager, options=WorkerOptions(queues=["default", "other"], once=True, concurrency=2))
+        assert done.run().processed == 6
+        assert manager.workers(connection) == []
+        dead = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=3))
+        alive = Worker(manager, options=WorkerOptions(queues=["other"], concurrency=1))
+        assert dead.fleet is not None and alive.fleet is not None
+        dead.fleet.refresh(0.0)
+        alive.fleet.refresh(0.0)
+        found = {w.id: w for w in manager.workers(connection)}
+        assert set(found) == {dead.fleet.id, alive.fleet.id}
+        assert found[dead.fleet.id].queues == ("default",) and found[dead.fleet.id].concurrency == 3
+        assert found[dead.fleet.id].last_heartbeat == pytest.approx(1767225610.0)
+        (minute,) = manager.throughput(connection, minutes=1)
+        assert minute.minute == 1767225600
+        assert minute.by_queue == {"default": {"processed": 5}, "other": {"processed": 1}}
+        clock.tick(RECORD_TTL / 2)
+        alive.fleet.refresh(0.0)
+        clock.tick(RECORD_TTL / 2 + 1)
+        assert [w.id for w in manager.workers(connection)] == [alive.fleet.id]
+        assert store.flags(f"workers:{connection}") == {alive.fleet.id}
+        alive.fleet.leave()
+        assert manager.workers(connection) == [] and store.flags(f"workers:{connection}") == set()
+        assert [m.processed for m in manager.throughput(connection, minutes=2)] == [0, 5 + 1]
