@@ -30,7 +30,9 @@ class WorkerOptions:
 
     - ``queues``: tried in this order (all of the first before any of the next).
     - ``concurrency``: threads running handlers.
-    - ``sleep``: longest idle wait, in seconds (the backend usually wakes it sooner).
+    - ``sleep``: longest idle wait, in seconds (the backend usually wakes it
+      sooner). With a lock store the loop still turns about every 5 s, to
+      refresh the worker's record (see :mod:`rainier_sync.fleet`).
     - ``max_jobs``: stop after taking this many jobs (a worker that recycles).
     - ``timeout``: seconds an attempt may run when its job sets no ``TIMEOUT``;
       a timed attempt runs in a supervised child process. None: no limit.
