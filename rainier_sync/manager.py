@@ -399,6 +399,8 @@ class QueueManager:
         to_push = self._admit(jobs, ids, locked)
         if not to_push:
             return ids
+        if keeping:  # before the push: a worker (or the sync driver) may finish the job before it returns
+            self._mark_pending(to_push)
         try:
             if within is not None:
                 if not driver.capabilities.transactional_dispatch:
@@ -413,9 +415,9 @@ class QueueManager:
                 driver.push_many(to_push)
         except BaseException:
             self._release_locks(locked)
+            if keeping:
+                self._mark_pending(to_push, gone=True)
             raise
-        if keeping:
-            self._mark_pending(to_push)
         return ids
 
     def _keeps(self, jobs: list[QueuedJob]) -> bool:
@@ -431,13 +433,20 @@ class QueueManager:
                 return True
         return False
 
-    def _mark_pending(self, jobs: list[QueuedJob]) -> None:
-        """Mark the queued jobs that keep a result as pending, so ``result()`` tells them from unknown ones."""
+    def _mark_pending(self, jobs: list[QueuedJob], *, gone: bool = False) -> None:
+        """Mark the jobs that keep a result as pending, so ``result()`` tells them
+        from unknown ones (``gone``: their push failed, so take the mark back)."""
         assert self.locks is not None
         for queued in jobs:
             cls = self.registry.find(queued.name)
-            if cls is not None and cls.KEEP_RESULT is not None:
-                # Kept while it waits and runs (a week), then as long as its result.
+            if cls is None or cls.KEEP_RESULT is None:
+                continue
+            if gone:
+                try:
+                    self.locks.put_value(result_key(queued.id), '{"status":"unknown"}', 0.001)
+                except Exception:  # noqa: BLE001 - the push's own error is the one to raise
+                    log.warning("job %s: its pending result mark could not be taken back", queued.id)
+            else:  # kept while it waits and runs (a week), then as long as its result
                 self.locks.put_value(result_key(queued.id), '{"status":"pending"}', 7 * 86400 + cls.KEEP_RESULT)
 
     def result(self, job_id: str, wait: float | None = None) -> Result:
