@@ -591,3 +591,28 @@ def test_without_a_lock_store_the_batches_page_says_batches_need_one(allowed: tu
     with client.session_transaction() as session:
         session[CSRF_SESSION_KEY] = "token"
     assert client.post("/queues/batches/any/cancel", data={"csrf_token": "token"}).status_code == 404
+
+
+def test_a_lock_store_that_cannot_be_read_is_reported_on_the_batches_page() -> None:
+    from rainier_sync import Container
+    from rainier_sync.locks import MemoryLockStore
+
+    from .apps import registry
+
+    class Broken(MemoryLockStore):
+        def flags(self, group: str) -> set[str]:
+            raise ConnectionError("lock store down")
+
+        def get_value(self, key: str) -> str | None:
+            raise ConnectionError("lock store down")
+
+    manager = QueueManager(
+        connections={"primary": MemoryQueue()}, registry=registry(), container=Container(), locks=Broken()
+    )
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    client = app.test_client()
+    for path in ("/queues/batches", "/queues/batches/any"):
+        response = client.get(path)
+        assert response.status_code == 200
+        assert "could not be read from the lock store: ConnectionError: lock store down" in response.get_data(
+            as_text=True)
