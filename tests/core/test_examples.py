@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -50,4 +51,25 @@ def test_the_scheduled_example_runs_each_tick_once_across_two_schedulers() -> No
         "ran: hourly 12:00:00, minutely 12:00:00",
         "skipped a copy: schedule:minutely:2026-03-01T12:00:00+00:00 is held by the copy that ran",
         "processed 2, skipped 1",
+    ]
+
+
+def test_the_import_rows_example_counts_its_batch_and_runs_the_summary_once() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "import_rows.py")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "\r" not in done.stdout, "not a terminal: progress lines, not a line rewritten in place"
+    progress = r"\[[#.]{30}\] (\d+)/200 rows, (\d) failed"
+    assert [line.split(":")[0] for line in lines[:4]] == ["reached 25%", "reached 50%", "reached 75%", "reached 100%"]
+    seen = [re.fullmatch(rf"reached \d+%: {progress}", line) for line in lines[:4]]
+    assert all(seen), lines[:4]
+    counts = [int(match.group(1)) for match in seen if match]
+    assert counts == sorted(counts) and counts[0] >= 50 and counts[-1] == 200
+    assert lines[3] == "reached 100%: [" + "#" * 30 + "] 200/200 rows, 4 failed"
+    assert lines[4:] == [
+        "batch customers.csv: total 200, processed 196, failed 4, skipped 0, cancelled no",
+        "customers.csv: 196 rows imported",
+        "customers.csv: rows not imported: 37, 88, 141, 190",
     ]
