@@ -73,3 +73,26 @@ def test_the_import_rows_example_counts_its_batch_and_runs_the_summary_once() ->
         "customers.csv: 196 rows imported",
         "customers.csv: rows not imported: 37, 88, 141, 190",
     ]
+
+
+def test_the_workflow_example_runs_a_chain_stops_one_and_reads_results() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "workflow.py")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "chain for invoice 7 dispatched (id of 32 hex digits)",
+        "invoice 7: fetched 2 lines",
+        "invoice 7: rendered invoice-7.pdf",
+        "invoice 7: mailed invoice-7.pdf to ada@example.com",
+        "invoice 8: fetched 2 lines",
+        "invoice 8: render attempt 1/2 failed",
+        "invoice 8: render attempt 2/2 failed",
+        "invoice 8: chain stopped; accounts told to send it by hand",
+        "quote for cart 42, right after dispatch: pending",
+        "quote for cart 42, waited for: processed {'total_cents': 1299}",
+        "quote for cart 99, waited for: failed (KeyError: 'no cart 99')",
+        "a job nobody dispatched: unknown",
+        "processed 6, released 1, failed 2",
+    ]
+    assert "could not queue" not in done.stderr
