@@ -44,14 +44,21 @@ def note(directory: str, line: str) -> None:
         os.fsync(out.fileno())
 
 
-def lock_store(backend: str, url: str, prefix: str) -> LockStore:
+def lock_store(backend: str, url: str, prefix: str, kill_at: int = 0, directory: str = "") -> LockStore:
+    """The shared lock store; one whose ``kill_at``-th tick claim kills the process when asked."""
+    base: type[LockStore]
     if backend == "postgres":
         from rainier_sync.locks.database import DatabaseLockStore
 
-        return DatabaseLockStore.from_url(url)
-    from rainier_sync.locks.redis import RedisLockStore
+        base = DatabaseLockStore
+    else:
+        from rainier_sync.locks.redis import RedisLockStore
 
-    return RedisLockStore.from_url(url, prefix=prefix + "lock:")
+        base = RedisLockStore
+    made = killing(base, kill_at, directory) if kill_at else base
+    if backend == "postgres":
+        return made.from_url(url)  # type: ignore[attr-defined,no-any-return]
+    return made.from_url(url, prefix=prefix + "lock:")  # type: ignore[attr-defined,no-any-return]
 
 
 _stores = threading.local()
@@ -111,28 +118,18 @@ def main(argv: list[str]) -> int:
     kill_at = int(argv[4]) if len(argv) > 4 else 0
     registry = JobRegistry()
     registry.register(Beat)
-    locks: Any
+    driver: Any
     if backend == "postgres":
         from rainier_sync.drivers.database import DatabaseQueue
-        from rainier_sync.locks.database import DatabaseLockStore
 
-        driver: Any = DatabaseQueue.from_url(url, reservation=RESERVATION)
-        store_class: type[LockStore] = DatabaseLockStore
-        make = lambda cls: cls.from_url(url)  # noqa: E731
+        driver = DatabaseQueue.from_url(url, reservation=RESERVATION)
     else:
         from rainier_sync.drivers import RedisQueue
-        from rainier_sync.locks.redis import RedisLockStore
 
         driver = RedisQueue.from_url(url, prefix=prefix + "queue:", reservation=RESERVATION)
-        store_class = RedisLockStore
-        make = lambda cls: cls.from_url(url, prefix=prefix + "lock:")  # noqa: E731
-    if kill_at:
-        store_class = killing(store_class, kill_at, directory)
-    locks = make(store_class)
+    locks = lock_store(backend, url, prefix, kill_at, directory)
     schedule = Schedule().every(INTERVAL, Beat(backend, url, prefix, directory), name=ENTRY)
-    manager = QueueManager(
-        {"main": driver}, registry=registry, container=Container(), locks=locks, schedule=schedule
-    )
+    manager = QueueManager({"main": driver}, registry=registry, container=Container(), locks=locks, schedule=schedule)
     worker = Worker(
         manager,
         options=WorkerOptions(schedule=True, sleep=0.2, concurrency=2, reclaim_interval=0.5, queues=["default"]),
@@ -141,7 +138,7 @@ def main(argv: list[str]) -> int:
     note(directory, f"ready {os.getpid()}")
     stats = worker.run()
     manager.close()
-    print(f"processed={stats.processed} skipped={getattr(stats, 'skipped', '?')}", flush=True)
+    print(f"processed={stats.processed}", flush=True)
     return 0
 
 
