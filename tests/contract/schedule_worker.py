@@ -1,11 +1,12 @@
 """A scheduling worker process for tests/contract/test_schedule_processes.py.
 
-python -m tests.contract.schedule_worker {postgres|redis} URL PREFIX LEDGER_DIR [KILL_AT]
+python -m tests.contract.schedule_worker {postgres|redis} URL PREFIX LEDGER_DIR [KILL_AT [START_AT]]
 
 It schedules :class:`Beat` ``every(1)`` and runs the queue (sleep 0.2,
-concurrency 2) until SIGTERM. With ``KILL_AT`` = N it SIGKILLs itself at its
-Nth tick claim, after the tick's job was dispatched and before the claim is
-written, first noting ``killed <key> <job id> <pid>`` in its ledger.
+concurrency 2) until SIGTERM. With ``KILL_AT`` = N > 0 it SIGKILLs itself at
+its Nth tick claim, after the tick's job was dispatched and before the claim
+is written, first noting ``killed <key> <job id> <pid>`` in its ledger. With
+``START_AT`` (seconds since the epoch) it starts its worker no sooner.
 
 Each process appends to ``LEDGER_DIR/<pid>.log``: ``ready <pid>`` once the
 worker is built, and a line per run of :class:`Beat`.
@@ -18,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,7 @@ def killing(base: type[LockStore], kill_at: int, directory: str) -> type[LockSto
 def main(argv: list[str]) -> int:
     backend, url, prefix, directory = argv[:4]
     kill_at = int(argv[4]) if len(argv) > 4 else 0
+    start_at = float(argv[5]) if len(argv) > 5 else 0.0
     registry = JobRegistry()
     registry.register(Beat)
     driver: Any
@@ -135,6 +138,7 @@ def main(argv: list[str]) -> int:
         options=WorkerOptions(schedule=True, sleep=0.2, concurrency=2, reclaim_interval=0.5, queues=["default"]),
     )
     worker.install_signal_handlers()
+    time.sleep(max(0.0, start_at - time.time()))
     note(directory, f"ready {os.getpid()}")
     stats = worker.run()
     manager.close()

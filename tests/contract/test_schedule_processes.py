@@ -93,8 +93,8 @@ class Workers:
         self.args = [backend, url, prefix, str(directory)]
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, kill_at: int = 0) -> subprocess.Popen[str]:
-        extra = [str(kill_at)] if kill_at else []
+    def start(self, kill_at: int = 0, start_at: float = 0.0) -> subprocess.Popen[str]:
+        extra = [str(kill_at), repr(start_at)] if kill_at or start_at else []
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.contract.schedule_worker", *self.args, *extra],
             cwd=ROOT,
@@ -172,22 +172,30 @@ def test_three_scheduling_workers_run_each_tick_exactly_once(workers: Workers) -
 
 
 def test_scheduling_workers_killed_at_random_moments_lose_no_tick_and_double_none(workers: Workers) -> None:
-    """Two workers alive; one SIGKILLed at a random moment and replaced, again and
-    again; half the replacements SIGKILL themselves after a tick's dispatch and
-    before its claim. At least one worker is ready at every moment (kills wait
-    for both to be ready, and only a self-killing worker's partner is a normal
-    one), so no tick falls in a time when nothing ran."""
+    """First a lone worker SIGKILLs itself between its first tick's dispatch and
+    claim, and no other scheduler comes up before the next tick: that tick's job
+    claims the tick itself. Then two workers alive; one SIGKILLed at a random
+    moment and replaced, again and again; half the replacements SIGKILL
+    themselves between a dispatch and its claim (a live partner then dispatches
+    a copy of the tick, of which one runs). From then on at least one worker is
+    ready at every moment (kills wait for both to be ready, and a self-killing
+    worker's partner is a normal one), so no tick falls in a time when nothing ran."""
     directory: Path = workers.directory  # type: ignore[attr-defined]
     seed = int(os.environ.get("SCHEDULE_KILL_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
+    lone = workers.start(kill_at=1)
+    lone.wait(timeout=30)
+    [(orphan_key, orphan_job, _)] = Ledger.read(directory).killed
+    start_at = max(time_of(orphan_key) + 1, time.time()) + 0.3
+    killed_pids = {str(lone.pid)}
+    kills = 0
 
     def replacement() -> tuple[subprocess.Popen[str], bool, float]:
         kills_self = rng.random() < 0.5
         return workers.start(kill_at=1 if kills_self else 0), kills_self, time.monotonic()
 
-    alive = [(workers.start(), False, time.monotonic()) for _ in range(2)]
-    killed_pids: set[str] = set()
-    kills = 0
+    # Scheduling from a moment past the next tick: the orphaned tick is no longer the latest, none dispatches it again.
+    alive = [(workers.start(start_at=start_at), False, time.monotonic()) for _ in range(2)]
 
     def ready() -> bool:
         up = Ledger.read(directory).ready
@@ -197,7 +205,7 @@ def test_scheduling_workers_killed_at_random_moments_lose_no_tick_and_double_non
     while True:
         wait_until(ready, timeout=30, message=f"workers ready (seed {seed})")
         ledger = Ledger.read(directory)
-        if ledger.span() >= 12 and ledger.killed and kills >= 4:
+        if ledger.span() >= 12 and len(ledger.killed) >= 2 and kills >= 4:
             break
         assert time.monotonic() < deadline, (
             f"seed {seed}: {ledger.span()} ticks, {kills} kills, {len(ledger.killed)} self-kills in 60 s"
@@ -235,6 +243,9 @@ def test_scheduling_workers_killed_at_random_moments_lose_no_tick_and_double_non
     ledger = Ledger.read(directory)
     ticks = check_exactly_once(ledger, killed_pids)
     assert len(ticks) >= 12, f"seed {seed}"
+    assert ledger.runs[str(int(time_of(orphan_key)))][0][0] == orphan_job, (
+        f"seed {seed}: the orphaned tick {orphan_key} was not run by its own job {orphan_job}"
+    )
     own = 0
     for key, job, _ in ledger.killed:
         tick = int(time_of(key))
