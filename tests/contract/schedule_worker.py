@@ -14,6 +14,7 @@ worker is built, and a line per run of :class:`Beat`.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -76,6 +77,9 @@ class Beat(Job):
     """
 
     NAME = "schedule-tests.beat"
+    #: A worker SIGKILLed holding a job spends one attempt of it (a job on its last attempt then fails
+    #: with JobCrashedError): with one try, a run the kills interrupt would be lost by the queue's rules.
+    TRIES = 3
 
     backend: str
     url: str
@@ -117,6 +121,11 @@ def killing(base: type[LockStore], kill_at: int, directory: str) -> type[LockSto
 
 def main(argv: list[str]) -> int:
     backend, url, prefix, directory = argv[:4]
+    logging.basicConfig(
+        filename=str(Path(directory) / f"{os.getpid()}.txt"),
+        level=logging.INFO,
+        format="%(created).3f %(threadName)s %(levelname)s %(message)s",
+    )
     kill_at = int(argv[4]) if len(argv) > 4 else 0
     start_at = float(argv[5]) if len(argv) > 5 else 0.0
     registry = JobRegistry()
