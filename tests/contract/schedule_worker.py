@@ -1,12 +1,13 @@
 """A scheduling worker process for tests/contract/test_schedule_processes.py.
 
-python -m tests.contract.schedule_worker {postgres|redis} URL PREFIX LEDGER_DIR [KILL_AT [START_AT]]
+python -m tests.contract.schedule_worker {postgres|redis} URL PREFIX LEDGER_DIR [KILL_AT [go]]
 
 It schedules :class:`Beat` ``every(1)`` and runs the queue (sleep 0.2,
 concurrency 2) until SIGTERM. With ``KILL_AT`` = N > 0 it SIGKILLs itself at
 its Nth tick claim, after the tick's job was dispatched and before the claim
 is written, first noting ``killed <key> <job id> <pid>`` in its ledger. With
-``START_AT`` (seconds since the epoch) it starts its worker no sooner.
+``go`` it builds its worker, notes ``built <pid>``, and starts it once the file
+``LEDGER_DIR/go`` names a time (seconds since the epoch) and that time came.
 
 Each process appends to ``LEDGER_DIR/<pid>.log``: ``ready <pid>`` once the
 worker is built, and a line per run of :class:`Beat`.
@@ -127,7 +128,7 @@ def main(argv: list[str]) -> int:
         format="%(created).3f %(threadName)s %(levelname)s %(message)s",
     )
     kill_at = int(argv[4]) if len(argv) > 4 else 0
-    start_at = float(argv[5]) if len(argv) > 5 else 0.0
+    wait_for_go = len(argv) > 5 and argv[5] == "go"
     registry = JobRegistry()
     registry.register(Beat)
     driver: Any
@@ -147,7 +148,15 @@ def main(argv: list[str]) -> int:
         options=WorkerOptions(schedule=True, sleep=0.2, concurrency=2, reclaim_interval=0.5, queues=["default"]),
     )
     worker.install_signal_handlers()
-    time.sleep(max(0.0, start_at - time.time()))
+    if wait_for_go:
+        note(directory, f"built {os.getpid()}")
+        go = Path(directory) / "go"
+        deadline = time.monotonic() + 120
+        while not go.exists() or not go.read_text().strip():
+            if time.monotonic() > deadline:
+                return 1
+            time.sleep(0.01)
+        time.sleep(max(0.0, float(go.read_text()) - time.time()))
     note(directory, f"ready {os.getpid()}")
     stats = worker.run()
     manager.close()

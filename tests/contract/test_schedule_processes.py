@@ -95,8 +95,8 @@ class Workers:
         self.args = [backend, url, prefix, str(directory)]
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, kill_at: int = 0, start_at: float = 0.0) -> subprocess.Popen[str]:
-        extra = [str(kill_at), repr(start_at)] if kill_at or start_at else []
+    def start(self, kill_at: int = 0, wait_for_go: bool = False) -> subprocess.Popen[str]:
+        extra = [str(kill_at), "go"] if wait_for_go else [str(kill_at)] if kill_at else []
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.contract.schedule_worker", *self.args, *extra],
             cwd=ROOT,
@@ -185,19 +185,24 @@ def test_scheduling_workers_killed_at_random_moments_lose_no_tick_and_double_non
     directory: Path = workers.directory  # type: ignore[attr-defined]
     seed = int(os.environ.get("SCHEDULE_KILL_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
+    # The two that follow the lone one are built first and wait for word, so they start on time.
+    alive = [(workers.start(wait_for_go=True), False, time.monotonic()) for _ in range(2)]
+    wait_until(
+        lambda: sum(line.startswith("built ") for line in lines(directory)) == 2, timeout=30, message="workers built"
+    )
     lone = workers.start(kill_at=1)
     lone.wait(timeout=30)
     [(orphan_key, orphan_job, _)] = Ledger.read(directory).killed
-    start_at = max(time_of(orphan_key) + 1, time.time()) + 0.3
+    # Scheduling from a moment past the next tick: the orphaned tick is no longer the latest, none dispatches it again.
+    go = directory / "go.tmp"
+    go.write_text(repr(max(time_of(orphan_key) + 1, time.time()) + 0.3))
+    go.rename(directory / "go")
     killed_pids = {str(lone.pid)}
     kills = 0
 
     def replacement() -> tuple[subprocess.Popen[str], bool, float]:
         kills_self = rng.random() < 0.5
         return workers.start(kill_at=1 if kills_self else 0), kills_self, time.monotonic()
-
-    # Scheduling from a moment past the next tick: the orphaned tick is no longer the latest, none dispatches it again.
-    alive = [(workers.start(start_at=start_at), False, time.monotonic()) for _ in range(2)]
 
     def ready() -> bool:
         up = Ledger.read(directory).ready
@@ -261,6 +266,10 @@ def test_scheduling_workers_killed_at_random_moments_lose_no_tick_and_double_non
         f"{len(ledger.killed)} between dispatch and claim (their own job ran {own} of those ticks), "
         f"{sum(len(r) - 1 for r in ledger.runs.values())} job ids run again after a kill"
     )
+
+
+def lines(directory: Path) -> list[str]:
+    return [line for path in directory.glob("*.log") for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def time_of(key: str) -> float:
