@@ -92,6 +92,7 @@ class Workers:
     """Scheduling worker processes the test starts; any left are killed at the end."""
 
     def __init__(self, backend: str, url: str, prefix: str, directory: Path) -> None:
+        self.directory = directory
         self.args = [backend, url, prefix, str(directory)]
         self.started: list[subprocess.Popen[str]] = []
 
@@ -124,7 +125,9 @@ class Workers:
             proc.communicate(timeout=10)
 
 
-@pytest.fixture(params=["postgres", "redis"])
+@pytest.fixture(
+    params=[pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("redis", marks=pytest.mark.redis)]
+)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     """(backend, url, prefix) of an isolated store: a fresh PostgreSQL schema, emptied,
     or a Redis key prefix of this test's, deleted after."""
@@ -157,13 +160,12 @@ def workers(backend: tuple[str, str, str], tmp_path: Path) -> Iterator[Workers]:
     directory = tmp_path / "ledger"
     directory.mkdir()
     made = Workers(name, url, prefix, directory)
-    made.directory = directory  # type: ignore[attr-defined]
     yield made
     made.close()
 
 
 def test_three_scheduling_workers_run_each_tick_exactly_once(workers: Workers) -> None:
-    directory: Path = workers.directory  # type: ignore[attr-defined]
+    directory = workers.directory
     procs = [workers.start() for _ in range(3)]
     wait_until(lambda: len(Ledger.read(directory).ready) == 3, timeout=30, message="three workers ready")
     wait_until(lambda: Ledger.read(directory).span() >= 8, timeout=30, interval=0.1, message="8 ticks run")
@@ -182,7 +184,7 @@ def test_scheduling_workers_killed_at_random_moments_lose_no_tick_and_double_non
     a copy of the tick, of which one runs). From then on at least one worker is
     ready at every moment (kills wait for both to be ready, and a self-killing
     worker's partner is a normal one), so no tick falls in a time when nothing ran."""
-    directory: Path = workers.directory  # type: ignore[attr-defined]
+    directory = workers.directory
     seed = int(os.environ.get("SCHEDULE_KILL_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     # The two that follow the lone one are built first and wait for word, so they start on time.
