@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import _clock, signals
-from .batch import Batch, PendingBatch
-from .chain import PendingChain
+from .batch import PendingBatch, RecordedBatch
+from .chain import PendingChain, RecordedChain
 from .container import Container
 from .coordination import Coordination
 from .errors import (
@@ -23,7 +23,7 @@ from .errors import (
 )
 from .job import Job, check_job_class
 from .pending import PendingDispatch
-from .recording import PushedJob, Recording, RecordingQueue
+from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
 from .types import QueuedJob
 
@@ -48,7 +48,7 @@ def new_id() -> str:
     return os.urandom(16).hex()
 
 
-class QueueManager(Coordination):
+class QueueManager(Coordination, OnlyAFakeRecords):
     """Dispatches jobs to named connections (one driver each).
 
     ``connections`` maps names to drivers; ``default`` names the one used when
@@ -411,49 +411,8 @@ class QueueManager(Coordination):
             except Exception:  # noqa: BLE001 - the push error is the one to raise
                 log.exception("could not release unique lock %s after a failed push", job.unique_key)
 
-    # -- assertions (only a fake can answer them) ---------------------------------------
-    def _not_a_fake(self, name: str) -> AssertionError:
-        return AssertionError(
-            f"{name}() needs QueueManager.fake(); this is a real QueueManager, which records nothing, "
-            "so the assertion would pass or fail for the wrong reason"
-        )
-
-    def pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> list[QueuedJob]:
-        raise self._not_a_fake("pushed")
-
-    def assert_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_pushed")
-
-    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
-        raise self._not_a_fake("assert_pushed_times")
-
-    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_pushed_on")
-
-    def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_not_pushed")
-
-    def assert_nothing_pushed(self) -> None:
-        raise self._not_a_fake("assert_nothing_pushed")
-
     def __repr__(self) -> str:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"
-
-
-class _RecordedChain(PendingChain):
-    def dispatch(self) -> str:
-        assert isinstance(self._manager, FakeQueueManager)
-        links = [link if isinstance(link, Job) else link.job for link in self.links]
-        self._manager.recording.chains.append(links)
-        return new_id()
-
-
-class _RecordedBatch(PendingBatch):
-    def dispatch(self) -> Batch:
-        assert isinstance(self._manager, FakeQueueManager)
-        self._manager.recording.batches.append(self)
-        counts = {"total": len(self.jobs), "pending": len(self.jobs)}
-        return Batch(new_id(), {"name": self._record.get("name")}, counts)
 
 
 class FakeQueueManager(QueueManager):
@@ -473,11 +432,11 @@ class FakeQueueManager(QueueManager):
 
     def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
         """Records the chain when it is dispatched; nothing runs."""
-        return _RecordedChain(self, jobs)
+        return RecordedChain(self, jobs)
 
     def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
         """Records the batch when it is dispatched; nothing runs."""
-        return _RecordedBatch(self, jobs, name)
+        return RecordedBatch(self, jobs, name)
 
     def assert_batched(self, predicate: Callable[[Any], bool] | None = None) -> None:
         """A batch was dispatched that ``predicate`` (called with its :class:`PendingBatch`) accepts."""
