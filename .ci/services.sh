@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Start the servers the tests use unless they already answer: PostgreSQL,
-# MariaDB and Redis on 127.0.0.1. Idempotent. (moto and tansu are started by
-# the tests themselves, on free ports.) Chromium and chromedriver are installed
-# for the browser tests when missing.
+# MariaDB and Redis on 127.0.0.1. Idempotent. (moto, tansu and pgbouncer are
+# started by the tests themselves, on free ports; pgbouncer is only installed
+# here.) Chromium and chromedriver are installed for the browser tests when missing.
 set -uo pipefail
 
 need_apt=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need_apt+=(pgbouncer)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -330,3 +330,11 @@ def loader(manager: Any, batch_id: str) -> Callable[[], Batch | None]:
     """What a job's ``context.batch`` reads its batch with."""
     return lambda: read(manager, batch_id)
 
+
+class RecordedBatch(PendingBatch):
+    """A fake manager's batch: dispatching records it and runs nothing."""
+
+    def dispatch(self) -> Batch:
+        self._manager.recording.batches.append(self)
+        counts = {"total": len(self.jobs), "pending": len(self.jobs)}
+        return Batch(os.urandom(16).hex(), {"name": self._record.get("name")}, counts)

@@ -156,3 +156,12 @@ def hand_over(dispatcher: Dispatcher | None, found: tuple[str | None, QueuedJob]
         raise ConfigurationError("this job is a link of a chain, and its executor has no manager to queue the next")
     connection, job = found
     dispatcher.send_queued(connection, [job])
+
+
+class RecordedChain(PendingChain):
+    """A fake manager's chain: dispatching records its links and runs nothing."""
+
+    def dispatch(self) -> str:
+        links = [link if isinstance(link, Job) else link.job for link in self.links]
+        self._manager.recording.chains.append(links)
+        return os.urandom(16).hex()

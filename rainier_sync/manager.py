@@ -10,12 +10,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import _clock, signals
-from .batch import Batch, PendingBatch
-from .batch import cancel as cancel_batch
-from .batch import listing as list_batches
-from .batch import read as read_batch
-from .chain import PendingChain
+from .batch import PendingBatch, RecordedBatch
+from .chain import PendingChain, RecordedChain
 from .container import Container
+from .coordination import Coordination
 from .errors import (
     ConfigurationError,
     JobDefinitionError,
@@ -23,17 +21,15 @@ from .errors import (
     UniqueLockHeldError,
     UnknownConnectionError,
 )
-from .execution import result_key
-from .job import Job, check_job_class, check_queue_name
+from .job import Job, check_job_class
 from .pending import PendingDispatch
-from .recording import PushedJob, Recording, RecordingQueue
+from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
-from .types import QueuedJob, Result, decode
+from .types import QueuedJob
 
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
-    from .fleet import MinuteCounts, WorkerInfo
     from .locks.base import LockStore
     from .schedule import Schedule
 
@@ -52,7 +48,7 @@ def new_id() -> str:
     return os.urandom(16).hex()
 
 
-class QueueManager:
+class QueueManager(Coordination, OnlyAFakeRecords):
     """Dispatches jobs to named connections (one driver each).
 
     ``connections`` maps names to drivers; ``default`` names the one used when
@@ -205,28 +201,6 @@ class QueueManager:
             return self._stream(name, jobs, driver.push_stream)
         return self._send(name, self._build_many(jobs, name))
 
-    def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
-        """A batch of jobs counted as one piece of work: ``manager.batch(jobs,
-        name=...).then(J()).catch(F()).finally_(C()).dispatch()`` returns a :class:`Batch`."""
-        return PendingBatch(self, jobs, name)
-
-    def find_batch(self, batch_id: str) -> Batch | None:
-        """The batch as stored now, or None (never made, or expired)."""
-        return read_batch(self, batch_id)
-
-    def batches(self, limit: int = 100) -> list[Batch]:
-        """The batches still kept, newest first."""
-        return list_batches(self, limit)
-
-    def cancel_batch(self, batch_id: str) -> bool:
-        """Cancel a batch: its jobs not yet started are skipped. False when there is no such batch."""
-        return cancel_batch(self, batch_id)
-
-    def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
-        """A chain of jobs, each run only after the one before it succeeded:
-        ``manager.chain([A(), B()]).catch(Failed()).dispatch()`` returns the chain's id."""
-        return PendingChain(self, jobs)
-
     def dispatch_now(self, job: Job) -> str:
         """Run ``job`` now, in this thread, with its retries (no backoff sleep);
         a final failure raises."""
@@ -240,65 +214,6 @@ class QueueManager:
         finally:
             if queued.unique_key is not None and self.locks is not None and queued.unique_owner:
                 self.locks.release(queued.unique_key, queued.unique_owner)
-
-    # -- paused queues ----------------------------------------------------------------
-    def pause(self, queue: str, connection: str | None = None) -> None:
-        """Stop every worker of ``connection`` (the default), in any process, from
-        claiming jobs of ``queue`` (within its ``sleep``); running jobs finish and
-        dispatching still works. Kept in the lock store the workers share."""
-        self._pause_flag(queue, connection, True)
-
-    def resume(self, queue: str, connection: str | None = None) -> None:
-        """Let workers claim from a paused ``queue`` again."""
-        self._pause_flag(queue, connection, False)
-
-    def paused(self, connection: str | None = None) -> set[str]:
-        """The paused queues of ``connection`` (the default)."""
-        if self.locks is None:
-            return set()
-        return self.locks.flags(self._pause_group(connection))
-
-    def _pause_group(self, connection: str | None) -> str:
-        self.connection(connection)  # an undeclared connection is an error, never the default
-        return f"paused:{connection or self.default}"
-
-    def _pause_flag(self, queue: str, connection: str | None, on: bool) -> None:
-        check_queue_name(queue)
-        group = self._pause_group(connection)
-        if self.locks is None:
-            raise ConfigurationError(
-                "pausing a queue needs a lock store every worker shares: give the QueueManager locks= "
-                "(a RedisLockStore or DatabaseLockStore)"
-            )
-        self.locks.set_flag(group, queue, on)
-
-    # -- the fleet ----------------------------------------------------------------------
-    def workers(self, connection: str | None = None) -> list[WorkerInfo]:
-        """The workers of ``connection`` (every connection when None), in any
-        process, as they last recorded themselves in the lock store: a record
-        lapses about 30 s after its worker stopped refreshing it. Empty without
-        a lock store."""
-        from .fleet import list_workers
-
-        if self.locks is None:
-            return []
-        return list_workers(self.locks, self._fleet_connections(connection))
-
-    def throughput(self, connection: str | None = None, minutes: int = 60) -> list[MinuteCounts]:
-        """What the workers of ``connection`` (every connection when None), in
-        any process, finished in each of the last ``minutes`` minutes, oldest
-        first (kept two hours). Empty without a lock store."""
-        from .fleet import read_throughput
-
-        if self.locks is None:
-            return []
-        return read_throughput(self.locks, self._fleet_connections(connection), minutes)
-
-    def _fleet_connections(self, connection: str | None) -> list[str]:
-        if connection is None:
-            return sorted(self._connections)
-        self.connection(connection)  # an undeclared connection is an error
-        return [connection]
 
     def retry_failed(self, id: str, connection: str | None = None) -> bool:
         """Queue a failed job again (attempts reset); False when no failed job has ``id``.
@@ -428,6 +343,8 @@ class QueueManager:
         to_push = self._admit(jobs, ids, locked)
         if not to_push:
             return ids
+        if keeping:  # before the push: a worker (or the sync driver) may finish the job before it returns
+            self._mark_pending(to_push)
         try:
             if within is not None:
                 if not driver.capabilities.transactional_dispatch:
@@ -442,53 +359,10 @@ class QueueManager:
                 driver.push_many(to_push)
         except BaseException:
             self._release_locks(locked)
+            if keeping:
+                self._mark_pending(to_push, gone=True)
             raise
-        if keeping:
-            self._mark_pending(to_push)
         return ids
-
-    def _keeps(self, jobs: list[QueuedJob]) -> bool:
-        """Whether any of ``jobs`` keeps a result; refused before anything is stored without a lock store."""
-        for queued in jobs:
-            cls = self.registry.find(queued.name)
-            if cls is not None and cls.KEEP_RESULT is not None:
-                if self.locks is None:
-                    raise ConfigurationError(
-                        f"job {queued.name!r} keeps its result (KEEP_RESULT), and the manager has no lock store to "
-                        "keep it in: give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
-                    )
-                return True
-        return False
-
-    def _mark_pending(self, jobs: list[QueuedJob]) -> None:
-        """Mark the queued jobs that keep a result as pending, so ``result()`` tells them from unknown ones."""
-        assert self.locks is not None
-        for queued in jobs:
-            cls = self.registry.find(queued.name)
-            if cls is not None and cls.KEEP_RESULT is not None:
-                # Kept while it waits and runs (a week), then as long as its result.
-                self.locks.put_value(result_key(queued.id), '{"status":"pending"}', 7 * 86400 + cls.KEEP_RESULT)
-
-    def result(self, job_id: str, wait: float | None = None) -> Result:
-        """The result of a job whose class keeps results (``KEEP_RESULT``):
-        ``Result(status, value, error)``, status ``pending``, ``processed``,
-        ``failed`` or ``unknown``. With ``wait``, waits up to that many seconds
-        while it is pending (woken when it finishes where the store can)."""
-        if self.locks is None:
-            raise ConfigurationError("results are kept in the lock store, and the manager has none: give it locks=")
-        key = result_key(job_id)
-
-        def finished(text: str | None) -> bool:
-            return text is None or decode(text).get("status") != "pending"
-
-        if wait is not None and wait > 0:
-            text = self.locks.wait_value(key, float(wait), finished)
-        else:
-            text = self.locks.get_value(key)
-        if text is None:
-            return Result("unknown")
-        record = decode(text)
-        return Result(str(record.get("status", "unknown")), record.get("value"), record.get("error"))
 
     def _stream(self, name: str | None, jobs: Iterable[Job], push_stream: Callable[[Any], None]) -> list[str | None]:
         """``dispatch_many`` of jobs none of which is unique, for a driver that stores
@@ -537,49 +411,8 @@ class QueueManager:
             except Exception:  # noqa: BLE001 - the push error is the one to raise
                 log.exception("could not release unique lock %s after a failed push", job.unique_key)
 
-    # -- assertions (only a fake can answer them) ---------------------------------------
-    def _not_a_fake(self, name: str) -> AssertionError:
-        return AssertionError(
-            f"{name}() needs QueueManager.fake(); this is a real QueueManager, which records nothing, "
-            "so the assertion would pass or fail for the wrong reason"
-        )
-
-    def pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> list[QueuedJob]:
-        raise self._not_a_fake("pushed")
-
-    def assert_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_pushed")
-
-    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
-        raise self._not_a_fake("assert_pushed_times")
-
-    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_pushed_on")
-
-    def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_not_pushed")
-
-    def assert_nothing_pushed(self) -> None:
-        raise self._not_a_fake("assert_nothing_pushed")
-
     def __repr__(self) -> str:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"
-
-
-class _RecordedChain(PendingChain):
-    def dispatch(self) -> str:
-        assert isinstance(self._manager, FakeQueueManager)
-        links = [link if isinstance(link, Job) else link.job for link in self.links]
-        self._manager.recording.chains.append(links)
-        return new_id()
-
-
-class _RecordedBatch(PendingBatch):
-    def dispatch(self) -> Batch:
-        assert isinstance(self._manager, FakeQueueManager)
-        self._manager.recording.batches.append(self)
-        counts = {"total": len(self.jobs), "pending": len(self.jobs)}
-        return Batch(new_id(), {"name": self._record.get("name")}, counts)
 
 
 class FakeQueueManager(QueueManager):
@@ -599,11 +432,11 @@ class FakeQueueManager(QueueManager):
 
     def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
         """Records the chain when it is dispatched; nothing runs."""
-        return _RecordedChain(self, jobs)
+        return RecordedChain(self, jobs)
 
     def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
         """Records the batch when it is dispatched; nothing runs."""
-        return _RecordedBatch(self, jobs, name)
+        return RecordedBatch(self, jobs, name)
 
     def assert_batched(self, predicate: Callable[[Any], bool] | None = None) -> None:
         """A batch was dispatched that ``predicate`` (called with its :class:`PendingBatch`) accepts."""

@@ -82,9 +82,10 @@ class PendingDispatch:
         return self
 
     def within(self, connection: Any) -> PendingDispatch:
-        """Write the job on the caller's open database connection (psycopg or
-        sqlite3), so it commits or rolls back with the caller's transaction.
-        Only the database driver can do this."""
+        """Write the job on the caller's open database connection (psycopg,
+        sqlite3 or PyMySQL, or a SQLAlchemy ``Connection`` or ``Session``), so it
+        commits or rolls back with the caller's transaction. Only the database
+        driver can do this."""
         self._within = connection
         return self
 

@@ -76,3 +76,23 @@ def emit(signal: NamedSignal, sender: Any, **kwargs: Any) -> None:
             receiver(sender, **kwargs)
         except Exception:  # noqa: BLE001 - a listener must never kill the worker
             log.exception("a receiver of %s raised; ignored", signal.name)
+
+
+#: The signals of a job's life, dispatch to settlement, in the order they come.
+LIFECYCLE = (
+    "job_dispatching",
+    "job_processing",
+    "job_processed",
+    "job_released",
+    "job_failed",
+    "job_deferred",
+    "job_skipped",
+    "job_interrupted",
+)
+
+
+def lifecycle_receivers(listener: Any) -> list[tuple[NamedSignal, Any]]:
+    """``(signal, listener._on_<event>)`` for each signal of :data:`LIFECYCLE`
+    (``job_processed`` pairs with ``_on_processed``): what a listener such as
+    the metrics or the tracing connects."""
+    return [(globals()[name], getattr(listener, "_on_" + name.removeprefix("job_"))) for name in LIFECYCLE]

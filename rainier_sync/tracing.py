@@ -86,16 +86,7 @@ class Tracing:
             span.end()
 
     def _receivers(self) -> list[tuple[Any, Any]]:
-        return [
-            (signals.job_dispatching, self._on_dispatching),
-            (signals.job_processing, self._on_processing),
-            (signals.job_processed, self._on_processed),
-            (signals.job_released, self._on_released),
-            (signals.job_failed, self._on_failed),
-            (signals.job_deferred, self._on_deferred),
-            (signals.job_skipped, self._on_skipped),
-            (signals.job_interrupted, self._on_interrupted),
-        ]
+        return signals.lifecycle_receivers(self)
 
     # -- receivers -------------------------------------------------------------------
     def _on_dispatching(self, sender: Any, jobs: list[QueuedJob], **extra: Any) -> None:

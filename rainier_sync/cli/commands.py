@@ -67,6 +67,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         "child_setup": args.child_setup,
         "prefetch": args.prefetch,
         "give_up": args.give_up,
+        "grace": args.grace,
         "schedule": args.schedule or None,
         "health_file": args.health_file,
     }

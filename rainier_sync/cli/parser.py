@@ -158,6 +158,12 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
         metavar="SECONDS",
         help="with --once: exit 1 once the backend has kept failing this long (default: 30)",
     )
+    work.add_argument(
+        "--grace",
+        type=seconds,
+        metavar="SECONDS",
+        help="after SIGTERM/SIGINT, how long running jobs get to finish (default: 30)",
+    )
     work.add_argument("--max-jobs", type=positive_int, metavar="N", help="exit after taking N jobs")
     work.add_argument("--sleep", type=seconds, metavar="SECONDS", help="longest idle wait (default: 1)")
     work.add_argument("--concurrency", type=positive_int, metavar="N", help="threads running jobs (default: 8)")

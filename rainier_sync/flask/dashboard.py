@@ -3,9 +3,11 @@
 It shows, per connection and queue, the ready / delayed / reserved / failed
 counts, a throughput chart (server-rendered SVG, nothing fetched from
 elsewhere), the failed jobs with retry and forget buttons, a failed job's
-detail page, and the manager's schedule (when it has one). The Workers page
-lists the workers recorded in the lock store, in any process, and charts what
-the whole fleet finished in each of the last :data:`FLEET_MINUTES` minutes.
+detail page, the manager's schedule (when it has one) and, with a lock store,
+the batches kept, each with its counts, failed jobs and a cancel button. The
+Workers page lists the workers recorded in the lock store, in any process,
+and charts what the whole fleet finished in each of the last
+:data:`FLEET_MINUTES` minutes.
 
 Every request, static files included, is refused with 403 until the app gives
 an ``authorize`` callback that returns true for it, and with 503 while the
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from flask.blueprints import BlueprintSetupState
     from werkzeug.wrappers import Response as BaseResponse
 
+    from ..batch import Batch
     from ..drivers.base import BaseQueue
     from ..fleet import MinuteCounts, WorkerInfo
     from ..manager import QueueManager
@@ -114,6 +117,8 @@ _NOTICES = {
     "held": "Job {job} was not queued again: it is unique and a copy of it is queued or running now.",
     "paused": "Queue {job} is paused: workers stop claiming from it within their sleep.",
     "resumed": "Queue {job} is worked again.",
+    "batch-cancelled": "Batch {job} was cancelled: its jobs not yet started are skipped.",
+    "batch-missing": "There is no batch {job} any more (it expired, or never was).",
 }
 
 
@@ -451,6 +456,14 @@ def _driver(name: str) -> BaseQueue:
     return connections[name]
 
 
+def _notice() -> str | None:
+    """The notice a redirect after a POST asked for (``?notice=...``), if any."""
+    code = request.args.get("notice")
+    if code not in _NOTICES:
+        return None
+    return _NOTICES[code].format(job=request.args.get("job", ""), count=request.args.get("count", 0, type=int))
+
+
 # -- pages -------------------------------------------------------------------------------------
 @blueprint.route("/", methods=["GET"])
 def index() -> str:
@@ -464,10 +477,6 @@ def index() -> str:
     reachable = [v for v in views if v.error is None]
     if reachable:
         state.throughput.sample(sum(v.queued_total for v in reachable), sum(v.failed_total for v in reachable))
-    notice = None
-    code = request.args.get("notice")
-    if code in _NOTICES:
-        notice = _NOTICES[code].format(job=request.args.get("job", ""), count=request.args.get("count", 0, type=int))
     return render_template(
         "rainier_sync/index.html",
         connections=views,
@@ -478,7 +487,7 @@ def index() -> str:
         payload_text=_payload_text,
         clip=_clip,
         error_preview=ERROR_PREVIEW,
-        notice=notice,
+        notice=_notice(),
     )
 
 
@@ -562,3 +571,91 @@ def retry_all(connection: str) -> BaseResponse:
         except UniqueLockHeldError:
             pass  # kept in the failed list, where the page still shows it
     return redirect(url_for(".index", notice="retried-all", count=done), code=303)
+
+
+# -- batches -------------------------------------------------------------------------------------
+@dataclass
+class BatchFailure:
+    """A failed job of a batch, and the connection whose failed store holds it."""
+
+    connection: str
+    job: FailedJob
+
+
+def _batch_failures(manager: QueueManager, batch_id: str) -> tuple[list[BatchFailure], list[str]]:
+    """The failed jobs of ``batch_id`` among each connection's latest :data:`FAILED_SCAN`
+    (a failed job keeps its envelope, whose meta names its batch); and the
+    connections that could not be read."""
+    found: list[BatchFailure] = []
+    unreadable: list[str] = []
+    for name, driver in sorted(manager.connections.items()):
+        try:
+            scanned = driver.failed_jobs(limit=FAILED_SCAN)
+        except Exception as exc:  # noqa: BLE001 - one unreachable backend must not take the page down
+            unreadable.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        for failed in scanned:
+            if failed.job is not None and (failed.job.meta or {}).get("batch") == batch_id:
+                found.append(BatchFailure(name, failed))
+    return found, unreadable
+
+
+@blueprint.route("/batches", methods=["GET"])
+def batches() -> str:
+    from . import get_state
+
+    manager = get_state().manager
+    listed: list[Batch] = []
+    error = None
+    if manager.locks is not None:
+        try:
+            listed = manager.batches()
+        except Exception as exc:  # noqa: BLE001 - an unreachable lock store must not take the page down
+            error = f"{type(exc).__name__}: {exc}"
+    return render_template(
+        "rainier_sync/batches.html",
+        batches=listed,
+        has_locks=manager.locks is not None,
+        error=error,
+        when=_when,
+        notice=_notice(),
+    )
+
+
+@blueprint.route("/batches/<rainier_sync_segment:batch_id>", methods=["GET"])
+def batch(batch_id: str) -> str:
+    from . import get_state
+
+    manager = get_state().manager
+    if manager.locks is None:
+        return render_template("rainier_sync/batches.html", batches=[], has_locks=False, error=None, notice=None)
+    try:
+        found = manager.find_batch(batch_id)
+    except Exception as exc:  # noqa: BLE001 - say why rather than fail with a 500
+        error = f"{type(exc).__name__}: {exc}"
+        return render_template("rainier_sync/batches.html", batches=[], has_locks=True, error=error, notice=None)
+    if found is None:
+        abort(404, description=f"No batch {batch_id!r}: it expired, or never was.")
+    failures, unreadable = _batch_failures(manager, batch_id)
+    return render_template(
+        "rainier_sync/batch.html",
+        batch=found,
+        failures=failures,
+        unreadable=unreadable,
+        scan=FAILED_SCAN,
+        when=_when,
+        clip=_clip,
+        notice=_notice(),
+    )
+
+
+@blueprint.route("/batches/<rainier_sync_segment:batch_id>/cancel", methods=["POST"])
+def cancel_batch(batch_id: str) -> BaseResponse:
+    from . import get_state
+
+    manager = get_state().manager
+    if manager.locks is None:
+        abort(404, description="Batches need a lock store: give QueueManager locks=.")
+    if not manager.cancel_batch(batch_id):
+        return redirect(url_for(".batches", notice="batch-missing", job=batch_id), code=303)
+    return redirect(url_for(".batch", batch_id=batch_id, notice="batch-cancelled", job=batch_id), code=303)

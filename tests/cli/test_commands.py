@@ -583,6 +583,21 @@ def test_queue_work_schedule_dispatches_and_runs_the_due_ticks(
     assert out.read_text().split() == ["7", "ran"]
 
 
+def test_queue_work_grace_sets_the_workers_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[float] = []
+    real_run = Worker.run
+
+    def run(self: Worker) -> Any:
+        seen.append(self.options.grace)
+        return real_run(self)
+
+    monkeypatch.setattr(Worker, "run", run)
+    app.current = QueueManager(connections={"main": MemoryQueue()}, registry=app.registry, container=Container())
+    assert main(["queue:work", "--once", "--grace=7.5", APP]) == EXIT_OK
+    assert seen == [7.5]
+    assert main(["queue:work", "--once", "--grace=soon", APP]) == EXIT_USAGE
+
+
 def test_status_lists_the_workers_recorded_in_the_lock_store(capsys: pytest.CaptureFixture[str]) -> None:
     manager = app.current = QueueManager(
         connections={"main": MemoryQueue()}, registry=app.registry, container=Container(), locks=MemoryLockStore()

@@ -92,7 +92,7 @@ def test_a_command_other_than_migrate_never_creates_the_database_file(tmp_path: 
     typo = tmp_path / "typo.db"
     env = {"DATABASE_URL": f"sqlite:///{typo}", "CLI_APP_OUT": str(tmp_path / "jobs.log")}
     says = f"the SQLite database file {typo} does not exist: run DatabaseQueue.migrate() (or `rainier-sync queue:"
-    for command in (["queue:status"], ["queue:failed"], ["queue:reclaim"], ["queue:work", "--once"]):
+    for command in (["queue:status"], ["queue:failed"], ["queue:reclaim"], ["queue:work", "--once", "--give-up=1"]):
         done = run(*command, APP, env=env)
         assert says in done.stderr, (command, done.stderr)
         if command[0] == "queue:work":

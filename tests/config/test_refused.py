@@ -162,7 +162,7 @@ def test_an_unknown_key_is_refused_with_the_nearest_known_one(driver: str, key: 
 def test_an_unknown_key_far_from_any_says_what_the_driver_takes() -> None:
     message = refused({**BASE["database"], "colour": "blue"})
     assert "unknown setting 'colour'" in message
-    assert "database takes: reconnect_for, reservation, response_timeout" in message
+    assert "database takes: listen, reconnect_for, reservation, response_timeout" in message
 
 
 def test_sync_takes_no_settings() -> None:

@@ -150,3 +150,26 @@ def test_keeping_results_needs_a_lock_store() -> None:
     assert memory.size() == 0, "refused before anything is stored"
     with pytest.raises(ConfigurationError, match="locks="):
         Worker(manager, options=WorkerOptions(once=True))
+
+
+def test_a_job_finished_before_dispatch_returns_keeps_its_result() -> None:
+    from rainier_sync.drivers import SyncQueue
+
+    registry = JobRegistry().with_job(Sum)
+    manager = QueueManager({"s": SyncQueue()}, registry=registry, container=Container(), locks=MemoryLockStore())
+    job_id = manager.dispatch(Sum(20, 22))  # runs inline, inside the push
+    assert job_id is not None
+    assert manager.result(job_id) == Result("processed", {"sum": 42})
+
+
+def test_a_failed_push_takes_the_pending_mark_back() -> None:
+    class Refusing(MemoryQueue):
+        def push(self, job: Any) -> str:
+            raise ConnectionError("the backend is down")
+
+    registry = JobRegistry().with_job(Sum)
+    locks = MemoryLockStore()
+    manager = QueueManager({"m": Refusing()}, registry=registry, container=Container(), locks=locks)
+    with pytest.raises(ConnectionError):
+        manager.dispatch(Sum(1, 1))
+    assert not any(value.startswith('{"status":"pending"') for value, _ in locks._values.values())

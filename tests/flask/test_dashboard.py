@@ -464,6 +464,161 @@ def test_the_schedule_is_listed_with_its_next_run_and_the_tick_last_dispatched()
     assert 'id="schedule"' not in app.test_client().get("/queues/").get_data(as_text=True)
 
 
+# -- batches -------------------------------------------------------------------------------------
+def batch_manager() -> QueueManager:
+    from rainier_sync import Container
+    from rainier_sync.locks import MemoryLockStore
+
+    from .apps import registry
+
+    return QueueManager(
+        connections={"primary": MemoryQueue()}, registry=registry(), container=Container(), locks=MemoryLockStore()
+    )
+
+
+def batch_rows(page: str) -> dict[str, str]:
+    return dict(re.findall(r'<tr class="batch" data-batch-id="([^"]+)">(.*?)</tr>', page, re.S))
+
+
+def test_the_batches_page_lists_each_batch_with_its_progress_and_counts() -> None:
+    from freezegun import freeze_time
+
+    manager = batch_manager()
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    with freeze_time("2026-03-01 12:00:00") as clock:
+        done = manager.batch([Explode("bad"), Explode("worse")], name="import <41>").allow_failures().dispatch()
+        memory(manager).drain()
+        clock.tick(1)
+        running = manager.batch([RecordApp(str(n)) for n in range(4)], name="import 42").dispatch()
+        [first] = memory(manager).reserve_many(["default"], 1)
+        with app.app_context():
+            FlaskWorker(app, options=WorkerOptions(once=True)).executor.run(first)
+        client = app.test_client()
+        response = client.get("/queues/batches")
+    page = response.get_data(as_text=True)
+    assert response.status_code == 200
+    assert list(batch_rows(page)) == [running.id, done.id], "newest first"
+    row = batch_rows(page)[running.id]
+    assert f'<a href="/queues/batches/{running.id}">import 42</a>' in row
+    assert "2026-03-01 12:00:01 UTC" in row
+    assert re.search(r'<progress class="batch-progress" [^>]*max="4"\s+value="1"', row), row
+    cells = dict(re.findall(r'<td class="(total|processed|failed|skipped|pending)[^"]*">(\d+)</td>', row))
+    assert cells == {"total": "4", "processed": "1", "failed": "0", "skipped": "0", "pending": "3"}
+    assert '<span class="state running">running</span>' in row
+    finished = batch_rows(page)[done.id]
+    assert "import &lt;41&gt;" in finished and "<41>" not in finished
+    assert '<td class="failed">2</td>' in finished and '<span class="state finished">finished</span>' in finished
+    assert "style=" not in page and "<script" not in page, "the page works under the dashboard's CSP"
+    index = client.get("/queues/").get_data(as_text=True)
+    assert '<a href="/queues/batches">Batches</a>' in index, "linked from the navigation"
+
+
+def test_a_batchs_page_shows_its_counts_and_its_failed_jobs() -> None:
+    manager = batch_manager()
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    fail_jobs(manager, "not of the batch")
+    batch = manager.batch([Explode("row 1 is bad"), Explode("row 2 is bad")], name="import").allow_failures().dispatch()
+    memory(manager).drain()
+    client = app.test_client()
+    page = client.get(f"/queues/batches/{batch.id}").get_data(as_text=True)
+    counts = dict(re.findall(r'<dd class="(total|processed|failed|skipped|pending|cancelled)">(\w+)</dd>', page))
+    assert counts == {"total": "2", "processed": "0", "failed": "2", "skipped": "0", "pending": "0", "cancelled": "no"}
+    assert sorted(html.unescape(row) for row in re.findall(r'<td class="error-text">([^<]*)</td>', page)) == [
+        "RuntimeError: row 1 is bad", "RuntimeError: row 2 is bad"]
+    for job_id in failed_rows(page):
+        assert client.get(f"/queues/primary/failed/{job_id}").status_code == 200
+    assert 'id="failures-not-shown"' not in page
+    [failed] = [f for f in memory(manager).failed if "row 1" in f.error]
+    memory(manager).forget_failed(failed.id)
+    page = client.get(f"/queues/batches/{batch.id}").get_data(as_text=True)
+    assert len(failed_rows(page)) == 1 and "1 failed job(s) of this batch are not shown" in page
+    assert client.get("/queues/batches/no-such-batch").status_code == 404
+
+
+def test_a_batch_is_cancelled_from_its_page_with_the_csrf_token() -> None:
+    manager = batch_manager()
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    batch = manager.batch([RecordApp(str(n)) for n in range(3)], name="to cancel").dispatch()
+    client = app.test_client()
+    page = client.get(f"/queues/batches/{batch.id}").get_data(as_text=True)
+    url = f"/queues/batches/{batch.id}/cancel"
+    assert f'<form method="post" action="{url}">' in page
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert token
+    assert client.post(url).status_code == 400
+    assert app.test_client().post(url, data={"csrf_token": token.group(1)}).status_code == 400, "another session"
+    found = manager.find_batch(batch.id)
+    assert found is not None and not found.cancelled, "a refused POST changed something"
+    done = client.post(url, data={"csrf_token": token.group(1)})
+    assert done.status_code == 303
+    found = manager.find_batch(batch.id)
+    assert found is not None and found.cancelled
+    after = client.get(done.headers["Location"]).get_data(as_text=True)
+    assert f"Batch {batch.id} was cancelled: its jobs not yet started are skipped." in after
+    assert f'action="{url}"' not in after, "no Cancel button on a cancelled batch"
+    assert "cancelled, finishing" in after
+    with app.app_context():
+        stats = FlaskWorker(app, options=WorkerOptions(once=True)).run()
+    assert stats.skipped == 3
+    row = batch_rows(client.get("/queues/batches").get_data(as_text=True))[batch.id]
+    assert '<span class="state cancelled">cancelled</span>' in row and '<td class="skipped">3</td>' in row
+    missing = client.post("/queues/batches/no-such-batch/cancel", data={"csrf_token": token.group(1)})
+    assert "There is no batch no-such-batch any more" in client.get(missing.headers["Location"]).get_data(as_text=True)
+
+
+def test_a_batch_that_expired_is_not_listed() -> None:
+    from freezegun import freeze_time
+
+    manager = batch_manager()
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    client = app.test_client()
+    with freeze_time("2026-03-01 12:00:00") as clock:
+        kept = manager.batch([RecordApp("kept")], name="kept").dispatch()
+        brief = manager.batch([RecordApp("brief")], name="brief").keep_for(60).dispatch()
+        assert set(batch_rows(client.get("/queues/batches").get_data(as_text=True))) == {kept.id, brief.id}
+        clock.tick(61)
+        assert list(batch_rows(client.get("/queues/batches").get_data(as_text=True))) == [kept.id]
+        assert client.get(f"/queues/batches/{brief.id}").status_code == 404
+
+
+def test_without_a_lock_store_the_batches_page_says_batches_need_one(allowed: tuple[Flask, QueueManager]) -> None:
+    app, _ = allowed
+    client = app.test_client()
+    for path in ("/queues/batches", "/queues/batches/any"):
+        response = client.get(path)
+        assert response.status_code == 200
+        assert 'id="no-lock-store"' in response.get_data(as_text=True)
+        assert "Batches need a lock store" in response.get_data(as_text=True)
+    with client.session_transaction() as session:
+        session[CSRF_SESSION_KEY] = "token"
+    assert client.post("/queues/batches/any/cancel", data={"csrf_token": "token"}).status_code == 404
+
+
+def test_a_lock_store_that_cannot_be_read_is_reported_on_the_batches_page() -> None:
+    from rainier_sync import Container
+    from rainier_sync.locks import MemoryLockStore
+
+    from .apps import registry
+
+    class Broken(MemoryLockStore):
+        def flags(self, group: str) -> set[str]:
+            raise ConnectionError("lock store down")
+
+        def get_value(self, key: str) -> str | None:
+            raise ConnectionError("lock store down")
+
+    manager = QueueManager(
+        connections={"primary": MemoryQueue()}, registry=registry(), container=Container(), locks=Broken()
+    )
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    client = app.test_client()
+    for path in ("/queues/batches", "/queues/batches/any"):
+        response = client.get(path)
+        assert response.status_code == 200
+        assert "could not be read from the lock store: ConnectionError: lock store down" in response.get_data(
+            as_text=True)
+
+
 # -- the Workers page ---------------------------------------------------------------------------
 @dataclass
 class Quiet(Job):

@@ -64,7 +64,8 @@ RESPONSE_TIMEOUT = 10.0
 #: Seconds each attempt to open a connection may take (PostgreSQL and MariaDB/MySQL).
 CONNECT_TIMEOUT = 5
 #: The driver's own URL options: taken out before the URL reaches the client library.
-_OWN_OPTIONS = ("reconnect_for", "response_timeout")
+_OWN_OPTIONS = ("reconnect_for", "response_timeout", "listen")
+_FLAGS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
 def _seconds(name: str, value: str, *, allow_zero: bool) -> float:
@@ -92,6 +93,9 @@ class DatabaseUrl:
     options: dict[str, str] = field(default_factory=dict)
     reconnect_for: float | None = None
     response_timeout: float | None = None
+    #: False behind a transaction-pooling proxy (pgbouncer): no ``LISTEN`` and no
+    #: server-side prepared statements, which need a session of their own.
+    listen: bool = True
 
     @classmethod
     def parse(cls, url: str) -> DatabaseUrl:
@@ -113,6 +117,12 @@ class DatabaseUrl:
             reconnect_for = _seconds("reconnect_for", options.pop("reconnect_for"), allow_zero=True)
         if "response_timeout" in options:
             response_timeout = _seconds("response_timeout", options.pop("response_timeout"), allow_zero=False)
+        listen = True
+        if "listen" in options:
+            written = options.pop("listen")
+            if written.strip().lower() not in _FLAGS:
+                raise ConfigurationError(f"database URL option listen={written!r} must be true or false")
+            listen = _FLAGS[written.strip().lower()]
         if len(options) < len(query):
             kept = [(key, value) for key, value in query if key not in _OWN_OPTIONS]
             url = urllib.parse.urlunsplit(
@@ -137,7 +147,7 @@ class DatabaseUrl:
                         f"SQLite URL option {name}={options[name]!r} must be a whole number "
                         f"({'milliseconds' if name == 'busy_timeout' else 'pages'})"
                     )
-            return cls(url, dialect, path, path, options, reconnect_for, response_timeout)
+            return cls(url, dialect, path, path, options, reconnect_for, response_timeout, listen)
         for name in ("connect_timeout", "read_timeout", "write_timeout"):
             if name in options and not options[name].isdigit():
                 raise ConfigurationError(
@@ -146,7 +156,7 @@ class DatabaseUrl:
         host = parts.hostname or "localhost"
         port = parts.port or (5432 if dialect == POSTGRESQL else 3306)
         database = parts.path.lstrip("/")
-        return cls(url, dialect, f"{host}:{port}/{database}", "", options, reconnect_for, response_timeout)
+        return cls(url, dialect, f"{host}:{port}/{database}", "", options, reconnect_for, response_timeout, listen)
 
     @property
     def redacted(self) -> str:
@@ -383,6 +393,10 @@ def _open(target: DatabaseUrl, application_name: str, response_timeout: float, c
         for key, value in _PG_KEEPALIVES.items():
             if key not in opts:
                 kwargs[key] = value
+        if not target.listen:
+            # A transaction-pooling proxy hands each transaction to any server
+            # session, where a statement prepared on another is unknown.
+            kwargs["prepare_threshold"] = None
         try:
             conn = _watched_connection_class(psycopg).connect(url, **kwargs)
         except psycopg.OperationalError as exc:

@@ -8,7 +8,9 @@ import os
 import select
 import sqlite3
 import threading
+import urllib.parse
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, TypeVar
 
 from ... import _clock
@@ -26,6 +28,7 @@ from ._connection import (
     connect,
 )
 from ._schema import CHANNEL, FAILED, JOBS, MIGRATION_LIST, Migration, migrate
+from ._sqlalchemy import dbapi_connection, is_sqlalchemy
 from .backend import _Backend
 
 log = logging.getLogger("rainier_sync")
@@ -80,6 +83,12 @@ class DatabaseQueue(BaseQueue):
     turns it back on): a server crash may forget the last fraction of a second
     of them, so those jobs run again, while a dispatch always waits for its
     commit to be flushed, so an accepted job is never lost.
+
+    Behind a transaction-pooling proxy such as pgbouncer, ``listen=False`` (or
+    ``?listen=false`` in the URL) keeps to what such a pool allows: idle
+    workers poll every ``poll_interval`` instead of ``LISTEN``, statements are
+    never prepared on the server, and no session setting is made (so
+    ``synchronous_commit`` stays as the server has it).
     """
 
     driver = QueueDriver.DATABASE
@@ -96,11 +105,18 @@ class DatabaseQueue(BaseQueue):
         response_timeout: float | None = None,
         application_name: str = "rainier_sync",
         synchronous_commit: bool = False,
+        listen: bool | None = None,
     ) -> None:
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
             raise ValueError(f"reservation must be a positive number of seconds, got {reservation!r}")
         self.reservation: float = float(reservation)
         target = DatabaseUrl.parse(url)
+        if listen is not None:
+            if not isinstance(listen, bool):
+                raise ValueError(f"listen must be True or False, got {listen!r}")
+            target = replace(target, listen=listen)
+        #: Whether idle workers wait on ``LISTEN/NOTIFY`` (PostgreSQL) rather than polling.
+        self.listen = target.listen
         self.dialect = target.dialect
         if claim is None:
             claim = "skip_locked" if self.dialect == POSTGRESQL else "optimistic"
@@ -128,7 +144,8 @@ class DatabaseQueue(BaseQueue):
         )
         self._consumer: _Backend | None = None if target.dialect == POSTGRESQL else self._backend
         self._consumer_lock = threading.Lock()
-        self._consumer_init = () if synchronous_commit else ("SET synchronous_commit TO off",)
+        # A session setting would outlive its transaction in a pool and reach other clients.
+        self._consumer_init = () if synchronous_commit or not target.listen else ("SET synchronous_commit TO off",)
         self._sql = self._backend.sql
         #: Each idle wait's waker and the queues it waits for.
         self._waiters: dict[Waker, frozenset[str]] = {}
@@ -151,9 +168,11 @@ class DatabaseQueue(BaseQueue):
         ``options=-c search_path=jobs`` and ``connect_timeout``), or
         ``mysql://user:password@host:port/db``. Keyword options: ``claim``
         (``"skip_locked"`` or ``"optimistic"``), ``poll_interval``,
-        ``reconnect_for`` (seconds to keep reopening a lost connection, 10) and
-        ``response_timeout`` (seconds to wait for the server's reply, 10); those
-        two may also be given in the URL (``?reconnect_for=5&response_timeout=30``).
+        ``reconnect_for`` (seconds to keep reopening a lost connection, 10),
+        ``response_timeout`` (seconds to wait for the server's reply, 10) and
+        ``listen`` (``False`` behind a transaction-pooling pgbouncer: poll
+        instead of ``LISTEN``); those three may also be given in the URL
+        (``?reconnect_for=5&response_timeout=30&listen=false``).
         """
         return cls(url, reservation=reservation, **options)
 
@@ -275,8 +294,16 @@ class DatabaseQueue(BaseQueue):
 
     def push_within(self, connection: Any, jobs: Sequence[QueuedJob]) -> list[str]:
         """Insert ``jobs`` on the caller's open connection, inside its transaction:
-        they commit, or roll back, with the caller's own writes."""
-        if isinstance(connection, sqlite3.Connection):
+        they commit, or roll back, with the caller's own writes.
+
+        ``connection`` is a sqlite3, psycopg 3 or PyMySQL connection, or a
+        SQLAlchemy 2 ``Connection`` or ``Session`` (Flask-SQLAlchemy's
+        ``db.session`` too) over one of them; a SQLAlchemy one gets its
+        transaction begun if it has none yet."""
+        described = f"{type(connection).__module__}.{type(connection).__qualname__}"
+        if is_sqlalchemy(connection):
+            connection, dialect, described = dbapi_connection(connection)
+        elif isinstance(connection, sqlite3.Connection):
             dialect = SQLITE
         else:
             module = type(connection).__module__.split(".")[0]
@@ -284,10 +311,12 @@ class DatabaseQueue(BaseQueue):
         if dialect != self.dialect:
             raise TypeError(
                 f"dispatch within a transaction needs an open {self.dialect} connection to the queue's database "
-                f"({self._backend.target.where}); got {type(connection).__module__}.{type(connection).__qualname__}"
+                f"({self._backend.target.where}); got {described}"
             )
         if dialect == SQLITE:
             self._check_same_sqlite_file(connection)
+        else:
+            self._check_same_database(connection, described)
         cursor = connection.cursor()
         sql = self._sql(self._insert_one())
         for job in jobs:
@@ -306,7 +335,25 @@ class DatabaseQueue(BaseQueue):
         files = {os.path.realpath(row[2]) for row in rows if row[1] == "main" and row[2]}
         ours = os.path.realpath(self._backend.target.path)
         if files and ours not in files:
-            raise TypeError(f"dispatch within a transaction: that sqlite3 connection is not on the queue's file {ours}")
+            raise TypeError(
+                f"dispatch within a transaction: that connection is on the SQLite file {sorted(files)[0]}, "
+                f"not on the queue's file {ours}"
+            )
+
+    def _check_same_database(self, connection: Any, described: str) -> None:
+        """Refuse a connection to another database of the server (or another server's
+        database of another name); hosts are not compared, as one may have several names."""
+        ours = urllib.parse.unquote(urllib.parse.urlsplit(self._backend.target.url).path.lstrip("/"))
+        if self.dialect == POSTGRESQL:
+            theirs = connection.info.dbname
+        else:
+            theirs = connection.db
+            theirs = theirs.decode() if isinstance(theirs, bytes) else theirs
+        if ours and theirs and theirs != ours:
+            raise TypeError(
+                f"dispatch within a transaction: {described} is connected to the database {theirs!r}, "
+                f"but the queue is in {self._backend.target.label}"
+            )
 
     def _wake_local(self) -> None:
         if self._waiters:
@@ -850,7 +897,7 @@ class DatabaseQueue(BaseQueue):
             self._waiters[waker] = frozenset(queues)
         try:
             listener = version = None
-            if self.dialect == POSTGRESQL:
+            if self.dialect == POSTGRESQL and self.listen:
                 listener = self._listen()
             else:
                 version = self._data_version()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError
-from ..spec import QUEUE_DECOY, BootContext, DriverSpec, Setting, duration, seconds
+from ..spec import QUEUE_DECOY, BootContext, DriverSpec, Setting, duration, flag, seconds
 
 __all__ = ["SPEC"]
 
@@ -45,6 +45,8 @@ SPEC = DriverSpec(
         "reservation": Setting(seconds(), env=("QUEUE_RESERVATION",)),
         "reconnect_for": Setting(duration(0.0)),
         "response_timeout": Setting(duration(0.001)),
+        # False behind a transaction-pooling pgbouncer: poll instead of LISTEN.
+        "listen": Setting(flag()),
     },
     period="reservation",
     default_period=90,

@@ -78,3 +78,80 @@ def mysql_database_url(request: pytest.FixtureRequest) -> str:
     queue.close()
     _made["mysql"] = url
     return url
+
+
+#: Where Debian puts pgbouncer; also looked for on PATH.
+_PGBOUNCER = ("pgbouncer", "/usr/sbin/pgbouncer")
+
+
+def pgbouncer_url(request: pytest.FixtureRequest) -> str:
+    """A URL (``listen=false``) of a database this test session owns, migrated,
+    reached through a pgbouncer in transaction mode that this session started
+    on a free loopback port. Skips (fails under ``CI=true``) without pgbouncer."""
+    if "pgbouncer" in _made:
+        return _made["pgbouncer"]
+    import shutil
+    import subprocess
+
+    import psycopg
+
+    from tests.support import free_port, missing_service, port_open, wait_until
+
+    binary = next((found for name in _PGBOUNCER if (found := shutil.which(name))), None)
+    if binary is None:
+        missing_service("pgbouncer", "apt-get install -y pgbouncer (or run .ci/services.sh)")
+    base: str = request.getfixturevalue("postgres_url")
+    server = urllib.parse.urlsplit(base)
+    # A database of its own: pgbouncer drops a connection's search_path option.
+    name = f"rainier_pgb_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    tmp = request.getfixturevalue("tmp_path_factory").mktemp("pgbouncer")
+    port = free_port()
+    user = server.username or "postgres"
+    (tmp / "users.txt").write_text(f'"{user}" ""\n')
+    (tmp / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={server.hostname or '127.0.0.1'} port={server.port or 5432}\n"
+        "[pgbouncer]\n"
+        "listen_addr = 127.0.0.1\n"
+        f"listen_port = {port}\n"
+        "unix_socket_dir =\n"
+        "auth_type = trust\n"
+        f"auth_file = {tmp / 'users.txt'}\n"
+        "pool_mode = transaction\n"
+        # Few server connections, so one client's transactions move between them.
+        "default_pool_size = 3\n"
+        "max_client_conn = 200\n"
+        "ignore_startup_parameters = extra_float_digits,options\n"
+    )
+    # pgbouncer will not run as root; it reads its files before it changes user.
+    command = [binary, *(["-u", "nobody"] if os.geteuid() == 0 else []), str(tmp / "pgbouncer.ini")]
+    log = (tmp / "pgbouncer.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop() -> None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    request.config.add_cleanup(stop)
+    wait_until(
+        lambda: process.poll() is not None or port_open("127.0.0.1", port),
+        timeout=10,
+        message="pgbouncer to listen",
+    )
+    if process.poll() is not None:
+        raise RuntimeError(f"pgbouncer exited: {(tmp / 'pgbouncer.log').read_text()}")
+    url = f"postgresql://{user}@127.0.0.1:{port}/{name}?listen=false"
+    queue = DatabaseQueue.from_url(url)
+    queue.migrate()
+    queue.close()
+    _made["pgbouncer"] = url
+    return url

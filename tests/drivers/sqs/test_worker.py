@@ -26,7 +26,8 @@ def test_an_idle_worker_wakes_when_a_job_arrives_and_stops_promptly(
     queues: Queues, manager_for: Callable[..., QueueManager]
 ) -> None:
     # A long reservation spaces the worker's heartbeats out too, so nothing but the poll can wake it.
-    q = queues.driver(wait_time=20, visibility_timeout=120)
+    # (Closing waits out a long poll in flight, so a longer one only slows the teardown.)
+    q = queues.driver(wait_time=8, visibility_timeout=120)
     manager = manager_for(q)
     worker = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=2, sleep=30))
     worker.start()
@@ -34,7 +35,7 @@ def test_an_idle_worker_wakes_when_a_job_arrives_and_stops_promptly(
         wait_until(lambda: worker.stats.idles >= 1, timeout=5, message="the worker to go idle")
         calls = count_calls(q.client, q._poll_client)
         manager.dispatch(Note(tag="wake"))
-        # The worker sleeps up to 30 s and long-polls up to 20 s: only the poll answering wakes it this soon.
+        # The worker sleeps up to 30 s and long-polls up to 8 s: only the poll answering wakes it this soon.
         wait_until(lambda: ran("wake") == [1], timeout=5, message="the job to run")
         assert calls.get("ReceiveMessage", 0) <= 3
     finally:

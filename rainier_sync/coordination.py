@@ -1,0 +1,177 @@
+"""What a manager keeps in its lock store beside unique locks: paused queues,
+batches, chains and job results; and what it reads there of the workers (their
+records and counts). :class:`~rainier_sync.QueueManager` has these methods;
+they live here to keep the manager's own module about dispatching."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .batch import Batch, PendingBatch
+from .batch import cancel as cancel_batch
+from .batch import listing as list_batches
+from .batch import read as read_batch
+from .chain import PendingChain
+from .errors import ConfigurationError
+from .execution import result_key
+from .job import Job, check_queue_name
+from .pending import PendingDispatch
+from .types import QueuedJob, Result, decode
+
+if TYPE_CHECKING:
+    from .fleet import MinuteCounts, WorkerInfo
+    from .locks.base import LockStore
+    from .registry import JobRegistry
+
+__all__ = ["Coordination"]
+
+log = logging.getLogger("rainier_sync")
+
+
+class Coordination:
+    """Paused queues, batches, chains and results, kept in ``locks``; the fleet, read there."""
+
+    locks: LockStore | None
+    registry: JobRegistry
+    default: str | None
+
+    def connection(self, name: str | None = None) -> Any:
+        raise NotImplementedError
+
+    @property
+    def connections(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # -- batches and chains -----------------------------------------------------------
+    def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
+        """A batch of jobs counted as one piece of work: ``manager.batch(jobs,
+        name=...).then(J()).catch(F()).finally_(C()).dispatch()`` returns a :class:`Batch`."""
+        return PendingBatch(self, jobs, name)
+
+    def find_batch(self, batch_id: str) -> Batch | None:
+        """The batch as stored now, or None (never made, or expired)."""
+        return read_batch(self, batch_id)
+
+    def batches(self, limit: int = 100) -> list[Batch]:
+        """The batches still kept, newest first."""
+        return list_batches(self, limit)
+
+    def cancel_batch(self, batch_id: str) -> bool:
+        """Cancel a batch: its jobs not yet started are skipped. False when there is no such batch."""
+        return cancel_batch(self, batch_id)
+
+    def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
+        """A chain of jobs, each run only after the one before it succeeded:
+        ``manager.chain([A(), B()]).catch(Failed()).dispatch()`` returns the chain's id."""
+        return PendingChain(self, jobs)
+
+    # -- paused queues ----------------------------------------------------------------
+    def pause(self, queue: str, connection: str | None = None) -> None:
+        """Stop every worker of ``connection`` (the default), in any process, from
+        claiming jobs of ``queue`` (within its ``sleep``); running jobs finish and
+        dispatching still works. Kept in the lock store the workers share."""
+        self._pause_flag(queue, connection, True)
+
+    def resume(self, queue: str, connection: str | None = None) -> None:
+        """Let workers claim from a paused ``queue`` again."""
+        self._pause_flag(queue, connection, False)
+
+    def paused(self, connection: str | None = None) -> set[str]:
+        """The paused queues of ``connection`` (the default)."""
+        if self.locks is None:
+            return set()
+        return self.locks.flags(self._pause_group(connection))
+
+    def _pause_group(self, connection: str | None) -> str:
+        self.connection(connection)  # an undeclared connection is an error, never the default
+        return f"paused:{connection or self.default}"
+
+    def _pause_flag(self, queue: str, connection: str | None, on: bool) -> None:
+        check_queue_name(queue)
+        group = self._pause_group(connection)
+        if self.locks is None:
+            raise ConfigurationError(
+                "pausing a queue needs a lock store every worker shares: give the QueueManager locks= "
+                "(a RedisLockStore or DatabaseLockStore)"
+            )
+        self.locks.set_flag(group, queue, on)
+
+    # -- the fleet ----------------------------------------------------------------------
+    def workers(self, connection: str | None = None) -> list[WorkerInfo]:
+        """The workers of ``connection`` (every connection when None), in any
+        process, as they last recorded themselves in the lock store: a record
+        lapses about 30 s after its worker stopped refreshing it. Empty without
+        a lock store."""
+        from .fleet import list_workers
+
+        if self.locks is None:
+            return []
+        return list_workers(self.locks, self._fleet_connections(connection))
+
+    def throughput(self, connection: str | None = None, minutes: int = 60) -> list[MinuteCounts]:
+        """What the workers of ``connection`` (every connection when None), in
+        any process, finished in each of the last ``minutes`` minutes, oldest
+        first (kept two hours). Empty without a lock store."""
+        from .fleet import read_throughput
+
+        if self.locks is None:
+            return []
+        return read_throughput(self.locks, self._fleet_connections(connection), minutes)
+
+    def _fleet_connections(self, connection: str | None) -> list[str]:
+        if connection is None:
+            return sorted(self.connections)
+        self.connection(connection)  # an undeclared connection is an error
+        return [connection]
+
+    # -- results -----------------------------------------------------------------------
+    def _keeps(self, jobs: list[QueuedJob]) -> bool:
+        """Whether any of ``jobs`` keeps a result; refused before anything is stored without a lock store."""
+        for queued in jobs:
+            cls = self.registry.find(queued.name)
+            if cls is not None and cls.KEEP_RESULT is not None:
+                if self.locks is None:
+                    raise ConfigurationError(
+                        f"job {queued.name!r} keeps its result (KEEP_RESULT), and the manager has no lock store to "
+                        "keep it in: give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
+                    )
+                return True
+        return False
+
+    def _mark_pending(self, jobs: list[QueuedJob], *, gone: bool = False) -> None:
+        """Mark the jobs that keep a result as pending, so ``result()`` tells them
+        from unknown ones (``gone``: their push failed, so take the mark back)."""
+        assert self.locks is not None
+        for queued in jobs:
+            cls = self.registry.find(queued.name)
+            if cls is None or cls.KEEP_RESULT is None:
+                continue
+            if gone:
+                try:
+                    self.locks.put_value(result_key(queued.id), '{"status":"unknown"}', 0.001)
+                except Exception:  # noqa: BLE001 - the push's own error is the one to raise
+                    log.warning("job %s: its pending result mark could not be taken back", queued.id)
+            else:  # kept while it waits and runs (a week), then as long as its result
+                self.locks.put_value(result_key(queued.id), '{"status":"pending"}', 7 * 86400 + cls.KEEP_RESULT)
+
+    def result(self, job_id: str, wait: float | None = None) -> Result:
+        """The result of a job whose class keeps results (``KEEP_RESULT``):
+        ``Result(status, value, error)``, status ``pending``, ``processed``,
+        ``failed`` or ``unknown``. With ``wait``, waits up to that many seconds
+        while it is pending (woken when it finishes where the store can)."""
+        if self.locks is None:
+            raise ConfigurationError("results are kept in the lock store, and the manager has none: give it locks=")
+        key = result_key(job_id)
+
+        def finished(text: str | None) -> bool:
+            return text is None or decode(text).get("status") != "pending"
+
+        if wait is not None and wait > 0:
+            text = self.locks.wait_value(key, float(wait), finished)
+        else:
+            text = self.locks.get_value(key)
+        if text is None:
+            return Result("unknown")
+        record = decode(text)
+        return Result(str(record.get("status", "unknown")), record.get("value"), record.get("error"))
