@@ -10,9 +10,9 @@ from typing import Any, Sequence
 
 from ...types import QueuedJob
 from ..base import BaseQueue, Capabilities, QueueDriver, Waker
-from ._connection import POSTGRESQL, SQLITE, DatabaseUrl
 from .backend import _Backend
 from .dialects import dialect_for
+from .url import POSTGRESQL, SQLITE, DatabaseUrl
 
 log = logging.getLogger("rainier_sync")
 

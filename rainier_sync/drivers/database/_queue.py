@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ... import _clock
 from ...errors import PayloadError
 from ...types import QueueCounts, QueuedJob
-from ._connection import MYSQL, POSTGRESQL, SQLITE
 from ._schema import FAILED, JOBS, MIGRATION_LIST, Migration, migrate
 from ._sqlalchemy import dbapi_connection, is_sqlalchemy
 from .claims import Claims
 from .failed import FailedTable
 from .listen import Waiting
+from .url import MYSQL, POSTGRESQL, SQLITE
 
 if TYPE_CHECKING:
     from ...locks.database import DatabaseLockStore

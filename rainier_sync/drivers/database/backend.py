@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence, TypeVar
 
 from ...errors import PayloadError, RainierError, SchemaMissingError
-from ._connection import SQLITE, Database, DatabaseUrl, data_errors
+from ._connection import Database, data_errors
 from .dialects import Dialect, dialect_for
+from .url import SQLITE, DatabaseUrl
 
 T = TypeVar("T")
 #: A statement's parameters, or a function building them when the statement runs.

@@ -11,9 +11,9 @@ from ... import _clock
 from ...errors import PayloadError
 from ...types import ExceptionInfo, QueuedJob, encode
 from ..base import as_job_list
-from ._connection import SQLITE
 from ._core import DatabaseCore, _text, log
 from ._schema import CHANNEL, JOBS
+from .url import SQLITE
 
 _COLUMNS = "seq, id, queue, name, body, attempts, priority, available_at"
 #: SQLite keeps whatever a column is given: the text columns come back as bytes

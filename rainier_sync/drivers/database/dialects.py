@@ -9,8 +9,8 @@ import functools
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ...types import float_text
-from ._connection import MYSQL, POSTGRESQL, SQLITE
 from ._schema import CHANNEL, FAILED, JOBS
+from .url import MYSQL, POSTGRESQL, SQLITE
 
 if TYPE_CHECKING:
     from ...types import QueuedJob
