@@ -104,9 +104,6 @@ class DatabaseCore(BaseQueue):
                 consumer = self._consumer
         return consumer
 
-    def _row(self, job: QueuedJob) -> tuple[Any, ...]:
-        return (job.id, job.queue, job.name, job.encode(), job.attempts, job.priority, job.available_at)
-
     def _held(self, jobs: Sequence[QueuedJob]) -> tuple[str, list[Any]]:
         """A WHERE clause matching exactly these reservations: the rows claimed
         (``seq``) with their claim tokens. A token is only ever written by the
@@ -124,7 +121,7 @@ class DatabaseCore(BaseQueue):
                 waker.set()
 
 
-def _text(value: Any) -> str:
+def column_text(value: Any) -> str:
     """A column as text for the failed store, whatever the row held."""
     if isinstance(value, str):
         return value

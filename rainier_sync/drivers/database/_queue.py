@@ -15,6 +15,7 @@ from ...types import QueueCounts, QueuedJob
 from ._schema import FAILED, JOBS, MIGRATION_LIST, Migration, migrate
 from ._sqlalchemy import dbapi_connection, is_sqlalchemy
 from .claims import Claims
+from .dialects import job_row
 from .failed import FailedTable
 from .listen import Waiting
 from .url import MYSQL, POSTGRESQL, SQLITE
@@ -94,16 +95,15 @@ class DatabaseQueue(Claims, FailedTable, Waiting):
 
     # -- producing -------------------------------------------------------------------------
     def push(self, job: QueuedJob) -> str:
-        self._backend.execute(self._sql.insert_one(), self._row(job))
+        self._backend.execute(self._sql.insert_one(), job_row(job))
         self._wake_local()
         return job.id
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         if not jobs:
             return []
-        size = self._sql.insert_slice or len(jobs)
-        slices = [jobs[start : start + size] for start in range(0, len(jobs), size)]
-        self._backend.transaction(lambda cursor: self._copy_in(cursor, slices))
+        batches = self._sql.batches(jobs)
+        self._backend.transaction(lambda cursor: self._copy_in(cursor, batches))
         self._wake_local()
         return [job.id for job in jobs]
 
@@ -129,10 +129,10 @@ class DatabaseQueue(Claims, FailedTable, Waiting):
         self._backend.transaction(lambda cursor: self._copy_in(cursor, replayable()))
         self._wake_local()
 
-    def _copy_in(self, cursor: Any, slices: Iterable[Sequence[QueuedJob]]) -> None:
-        """Store the slices in the caller's transaction: one ``COPY`` on PostgreSQL,
-        ``executemany`` elsewhere."""
-        self._sql.insert_many(cursor, slices)
+    def _copy_in(self, cursor: Any, batches: Iterable[Any]) -> None:
+        """Store the batches in the caller's transaction: slices of jobs through one
+        ``COPY`` on PostgreSQL, rows through ``executemany`` elsewhere."""
+        self._sql.insert_many(cursor, batches)
 
     def push_within(self, connection: Any, jobs: Sequence[QueuedJob]) -> list[str]:
         """Insert ``jobs`` on the caller's open connection, inside its transaction:
@@ -163,7 +163,7 @@ class DatabaseQueue(Claims, FailedTable, Waiting):
         sql = self._sql(self._sql.insert_one())
         for job in jobs:
             try:
-                cursor.execute(sql, self._row(job))
+                cursor.execute(sql, job_row(job))
             except self._backend._refused as exc:
                 text = str(exc).strip()
                 raise PayloadError(

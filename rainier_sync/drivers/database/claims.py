@@ -11,7 +11,7 @@ from ... import _clock
 from ...errors import PayloadError
 from ...types import ExceptionInfo, QueuedJob, encode
 from ..base import as_job_list
-from ._core import DatabaseCore, _text, log
+from ._core import DatabaseCore, column_text, log
 from ._schema import CHANNEL, JOBS
 from .url import SQLITE
 
@@ -37,8 +37,7 @@ class Claims(DatabaseCore):
         """On PostgreSQL one statement deletes the finished jobs and claims the next
         batch; on SQLite one transaction does both. Either way it is atomic: when it
         raises, neither happened."""
-        combined = self.capabilities.combined_claim
-        if not combined or limit <= 0:
+        if not self.capabilities.combined_claim or limit <= 0:
             return super().acknowledge_and_reserve(done, queues, limit)
         done = list(done)
         if len(done) > 500:
@@ -206,7 +205,9 @@ class Claims(DatabaseCore):
                 try:
                     self._discard(row, exc)
                 except Exception:  # noqa: BLE001 - it stays reserved, lapses, and is moved on a later claim
-                    log.warning("could not move unreadable job %s to the failed store", _text(row[1]), exc_info=True)
+                    log.warning(
+                        "could not move unreadable job %s to the failed store", column_text(row[1]), exc_info=True
+                    )
         jobs.sort(key=_claim_order)
         return jobs
 
@@ -243,7 +244,7 @@ class Claims(DatabaseCore):
     def _discard(self, row: tuple[Any, ...], exc: Exception) -> None:
         """A row nobody can run: alone into the failed store, saying why, and announced."""
         seq, job_id, queue, name, body, attempts, _, _, token = row
-        job_id, name, raw = _text(job_id), _text(name), _text(body)
+        job_id, name, raw = column_text(job_id), column_text(name), column_text(body)
         detail = str(exc) if isinstance(exc, PayloadError) else f"{type(exc).__name__}: {exc}"
         reason = PayloadError(f"job {job_id!r} (queue {queue!r}) cannot be read: {detail}")
         reason.__cause__ = exc

@@ -31,6 +31,11 @@ def _copy_text(value: str) -> str:
 _copy_name = functools.lru_cache(maxsize=1024)(_copy_text)
 
 
+def job_row(job: QueuedJob) -> tuple[Any, ...]:
+    """The values of :meth:`Dialect.insert_job` for ``job``."""
+    return (job.id, job.queue, job.name, job.encode(), job.attempts, job.priority, job.available_at)
+
+
 class Dialect:
     """Placeholders and the statements and behaviours whose form differs by
     dialect. Statements are written with ``%s``; calling the dialect on one
@@ -46,8 +51,6 @@ class Dialect:
     notifies = False
     #: Whether one statement can claim and return rows (``UPDATE ... RETURNING``).
     returning = True
-    #: Jobs per slice of :meth:`insert_many` in ``push_many`` (None: all in one).
-    insert_slice: int | None = None
 
     def __call__(self, sql: str) -> str:
         return sql
@@ -104,17 +107,15 @@ class Dialect:
         conn.execute("ROLLBACK")
 
     # -- bulk inserts ---------------------------------------------------------------------------
-    def insert_many(self, cursor: Any, jobs: Iterable[Sequence[QueuedJob]]) -> None:
-        """Insert the jobs, slice by slice, in the caller's transaction."""
+    def batches(self, jobs: Sequence[QueuedJob]) -> list[Any]:
+        """``jobs`` as :meth:`insert_many` takes them, prepared before its transaction begins."""
+        return [[job_row(job) for job in jobs]]
+
+    def insert_many(self, cursor: Any, batches: Iterable[Any]) -> None:
+        """Insert the batches in the caller's transaction."""
         insert = self(self.insert_job())
-        for part in jobs:
-            cursor.executemany(
-                insert,
-                [
-                    (job.id, job.queue, job.name, job.encode(), job.attempts, job.priority, job.available_at)
-                    for job in part
-                ],
-            )
+        for rows in batches:
+            cursor.executemany(insert, rows)
 
 
 class SQLite(Dialect):
@@ -137,7 +138,6 @@ class PostgreSQL(Dialect):
     name = POSTGRESQL
     default_claim = "skip_locked"
     notifies = True
-    insert_slice = 200
 
     def insert_one(self) -> str:
         # NOTIFY in the same statement: delivered when (and only if) the insert commits.
@@ -157,7 +157,11 @@ class PostgreSQL(Dialect):
             )
         return f"WITH r AS ({update} RETURNING queue) SELECT pg_notify('{CHANNEL}', queue) FROM r"
 
-    def insert_many(self, cursor: Any, jobs: Iterable[Sequence[QueuedJob]]) -> None:
+    def batches(self, jobs: Sequence[QueuedJob]) -> list[Any]:
+        # Encoded as COPY writes them: the server stores one slice while the next is encoded.
+        return [jobs[start : start + 200] for start in range(0, len(jobs), 200)]
+
+    def insert_many(self, cursor: Any, batches: Iterable[Any]) -> None:
         """``COPY`` the jobs in, then notify each queue, in the caller's transaction.
 
         Each slice goes out as it is written, so the server stores one slice while
@@ -166,7 +170,7 @@ class PostgreSQL(Dialect):
         text, name = _copy_text, _copy_name
         queues: set[str] = set()
         with cursor.copy(f"COPY {JOBS} (id, queue, name, body, attempts, priority, available_at) FROM STDIN") as copy:
-            for part in jobs:
+            for part in batches:
                 lines = []
                 for job in part:
                     queue = job.queue

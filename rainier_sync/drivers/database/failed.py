@@ -7,7 +7,7 @@ from typing import Any
 
 from ... import _clock
 from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info, decode, encode
-from ._core import DatabaseCore, _text
+from ._core import DatabaseCore, column_text
 from ._schema import FAILED, JOBS
 
 
@@ -63,12 +63,12 @@ class FailedTable(DatabaseCore):
             info = ExceptionInfo.from_message(str(error))
         count = attempts if type(attempts) is int else 0
         return FailedJob(
-            id=_text(job_id),
-            name=_text(name),
-            queue=_text(queue),
+            id=column_text(job_id),
+            name=column_text(name),
+            queue=column_text(queue),
             connection=self.connection,
             payload=job.payload if job is not None else {},
-            error=_text(error),
+            error=column_text(error),
             exception=info,
             failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else 0.0,
             attempts=count,
