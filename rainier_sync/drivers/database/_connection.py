@@ -1,4 +1,4 @@
-"""Database URLs, connections per dialect, reconnecting, and the bounds on an outage.
+"""Connections per dialect, reconnecting, and the bounds on an outage.
 
 Only this module imports the optional database clients (psycopg, PyMySQL), and
 only when a URL of their dialect is opened.
@@ -13,16 +13,13 @@ treated as lost), and a lost connection is reopened for at most
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import os
-import socket
 import sqlite3
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from ... import _clock
@@ -32,152 +29,30 @@ from ...errors import (
     DriverUnavailableError,
     SchemaMissingError,
 )
+from ._watchdog import watched_connection_class
+from .url import CONNECT_TIMEOUT, DIALECTS, MYSQL, POSTGRESQL, RECONNECT_FOR, RESPONSE_TIMEOUT, SQLITE, DatabaseUrl
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DIALECTS",
+    "MYSQL",
+    "POSTGRESQL",
+    "RECONNECT_FOR",
+    "RESPONSE_TIMEOUT",
+    "SQLITE",
+    "Database",
+    "DatabaseUrl",
+    "connect",
+    "connection_errors",
+    "data_errors",
+]
 
 log = logging.getLogger("rainier_sync")
 
 T = TypeVar("T")
 
-SQLITE, POSTGRESQL, MYSQL = "sqlite", "postgresql", "mysql"
-DIALECTS = (SQLITE, POSTGRESQL, MYSQL)
-_NAMES = {SQLITE: "SQLite", POSTGRESQL: "PostgreSQL", MYSQL: "MySQL/MariaDB"}
-
-_SCHEMES = {
-    "sqlite": SQLITE,
-    "sqlite3": SQLITE,
-    "postgresql": POSTGRESQL,
-    "postgres": POSTGRESQL,
-    "postgresql+psycopg": POSTGRESQL,
-    "mysql": MYSQL,
-    "mariadb": MYSQL,
-    "mysql+pymysql": MYSQL,
-}
-
-#: SQLite settings a URL may carry (``sqlite:///jobs.db?synchronous=FULL&busy_timeout=10000``).
 #: Pages of write-ahead log after which a commit checkpoints it (SQLite's own default is 1,000).
 _SQLITE_CHECKPOINT_PAGES = 10_000
-_SQLITE_SYNC = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-#: Seconds a lost connection is reopened for before an operation gives up.
-RECONNECT_FOR = 10.0
-#: Seconds a statement waits for the server's reply before the connection counts as lost.
-RESPONSE_TIMEOUT = 10.0
-#: Seconds each attempt to open a connection may take (PostgreSQL and MariaDB/MySQL).
-CONNECT_TIMEOUT = 5
-#: The driver's own URL options: taken out before the URL reaches the client library.
-_OWN_OPTIONS = ("reconnect_for", "response_timeout", "listen")
-_FLAGS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
-
-
-def _seconds(name: str, value: str, *, allow_zero: bool) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ConfigurationError(
-            f"database URL option {name}={value!r} must be a number of seconds{'' if allow_zero else ' above 0'}"
-        )
-    return seconds
-
-
-@dataclass
-class DatabaseUrl:
-    """A parsed ``DATABASE_URL``: its dialect, where it points, and its options."""
-
-    url: str
-    dialect: str
-    #: What error messages name: ``host:port/db`` or the SQLite file.
-    where: str
-    path: str = ""
-    #: Options for the dialect's client (the driver's own are taken out).
-    options: dict[str, str] = field(default_factory=dict)
-    reconnect_for: float | None = None
-    response_timeout: float | None = None
-    #: False behind a transaction-pooling proxy (pgbouncer): no ``LISTEN`` and no
-    #: server-side prepared statements, which need a session of their own.
-    listen: bool = True
-
-    @classmethod
-    def parse(cls, url: str) -> DatabaseUrl:
-        if not isinstance(url, str) or "://" not in url:
-            raise ConfigurationError(
-                f"database URL {url!r} is not a URL; expected sqlite:///path, postgresql://... or mysql://..."
-            )
-        parts = urllib.parse.urlsplit(url)
-        dialect = _SCHEMES.get(parts.scheme.lower())
-        if dialect is None:
-            raise ConfigurationError(
-                f"database URL scheme {parts.scheme!r} is not supported; use sqlite:///path, postgresql://... "
-                "or mysql://..."
-            )
-        query = urllib.parse.parse_qsl(parts.query)
-        options = dict(query)
-        reconnect_for = response_timeout = None
-        if "reconnect_for" in options:
-            reconnect_for = _seconds("reconnect_for", options.pop("reconnect_for"), allow_zero=True)
-        if "response_timeout" in options:
-            response_timeout = _seconds("response_timeout", options.pop("response_timeout"), allow_zero=False)
-        listen = True
-        if "listen" in options:
-            written = options.pop("listen")
-            if written.strip().lower() not in _FLAGS:
-                raise ConfigurationError(f"database URL option listen={written!r} must be true or false")
-            listen = _FLAGS[written.strip().lower()]
-        if len(options) < len(query):
-            kept = [(key, value) for key, value in query if key not in _OWN_OPTIONS]
-            url = urllib.parse.urlunsplit(
-                parts._replace(query=urllib.parse.urlencode(kept, quote_via=urllib.parse.quote))
-            )
-        if dialect == SQLITE:
-            if parts.netloc:
-                raise ConfigurationError(
-                    f"SQLite URL {url!r} has a host; write sqlite:///relative/path or sqlite:////absolute/path"
-                )
-            path = parts.path[1:] if parts.path.startswith("/") else parts.path
-            if not path:
-                raise ConfigurationError(f"SQLite URL {url!r} names no file; write sqlite:///jobs.db")
-            sync = options.get("synchronous", "NORMAL").upper()
-            if sync not in _SQLITE_SYNC:
-                raise ConfigurationError(
-                    f"SQLite URL option synchronous={options['synchronous']!r} is not one of {', '.join(_SQLITE_SYNC)}"
-                )
-            for name in ("busy_timeout", "wal_autocheckpoint"):
-                if name in options and not options[name].isdigit():
-                    raise ConfigurationError(
-                        f"SQLite URL option {name}={options[name]!r} must be a whole number "
-                        f"({'milliseconds' if name == 'busy_timeout' else 'pages'})"
-                    )
-            return cls(url, dialect, path, path, options, reconnect_for, response_timeout, listen)
-        for name in ("connect_timeout", "read_timeout", "write_timeout"):
-            if name in options and not options[name].isdigit():
-                raise ConfigurationError(
-                    f"database URL option {name}={options[name]!r} must be a whole number of seconds"
-                )
-        host = parts.hostname or "localhost"
-        port = parts.port or (5432 if dialect == POSTGRESQL else 3306)
-        database = parts.path.lstrip("/")
-        return cls(url, dialect, f"{host}:{port}/{database}", "", options, reconnect_for, response_timeout, listen)
-
-    @property
-    def redacted(self) -> str:
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-    @property
-    def label(self) -> str:
-        """``the PostgreSQL database at host:port/db``: how messages name it."""
-        if self.dialect == SQLITE:
-            return f"the SQLite database {self.where}"
-        return f"the {_NAMES[self.dialect]} database at {self.where}"
-
-    @property
-    def connect_timeout(self) -> float:
-        if self.dialect == SQLITE:
-            return 0.0
-        return float(self.options.get("connect_timeout", CONNECT_TIMEOUT))
 
 
 def _import_psycopg() -> Any:
@@ -219,108 +94,6 @@ def data_errors(dialect: str) -> tuple[type[BaseException], ...]:
     if dialect == MYSQL:
         return (_import_pymysql().err.DataError, *own)
     return (sqlite3.DataError, *own)
-
-
-# -- the watchdog: no statement waits on a silent server for ever -----------------------------
-
-
-class _Watchdog:
-    """Shuts down the socket of a PostgreSQL connection that has waited on its
-    server longer than its ``response_timeout``.
-
-    psycopg has no client-side timeout on a statement, and TCP keepalives do not
-    help against a server process that is stopped but still connected (its
-    kernel keeps acknowledging). Shutting the socket down makes the blocked
-    read end at once, as if the server had closed the connection.
-    """
-
-    #: How often the watchdog looks: a timeout fires at most this much late.
-    TICK = 0.1
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waits: dict[int, tuple[float, Any]] = {}
-        self._keys = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, conn: Any, timeout: float) -> int:
-        key = next(self._keys)
-        deadline = _clock.monotonic() + timeout
-        with self._lock:
-            self._waits[key] = (deadline, conn)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="rainier-db-watchdog", daemon=True)
-                self._thread.start()
-        return key
-
-    def done(self, key: int) -> None:
-        with self._lock:
-            self._waits.pop(key, None)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.TICK)
-            now = _clock.monotonic()
-            with self._lock:
-                # Under the lock: a wait still listed has not returned, so its
-                # socket is still that connection's.
-                for key, (deadline, conn) in list(self._waits.items()):
-                    if now >= deadline:
-                        del self._waits[key]
-                        conn.timed_out = True
-                        try:
-                            _shut_down(conn.pgconn.socket)
-                        except Exception:  # noqa: BLE001 - closed meanwhile: nothing left to end
-                            pass
-
-    def _after_fork(self) -> None:
-        self._lock = threading.Lock()
-        self._waits = {}
-        self._thread = None
-
-
-_WATCHDOG = _Watchdog()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WATCHDOG._after_fork)
-
-
-def _shut_down(fd: int) -> None:
-    try:
-        sock = socket.socket(fileno=os.dup(fd))
-    except OSError:
-        return
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        sock.close()  # the duplicate only: the connection still owns its descriptor
-
-
-_CLASSES: dict[str, Any] = {}
-
-
-def _watched_connection_class(psycopg: Any) -> Any:
-    """A psycopg ``Connection`` whose every wait on its server is watched."""
-    cls = _CLASSES.get("postgresql")
-    if cls is None:
-
-        class WatchedConnection(psycopg.Connection):  # type: ignore[misc]
-            response_timeout: float | None = None
-            timed_out = False
-
-            def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
-                timeout = self.response_timeout
-                if timeout is None:
-                    return super().wait(gen, *args, **kwargs)
-                key = _WATCHDOG.watch(self, timeout)
-                try:
-                    return super().wait(gen, *args, **kwargs)
-                finally:
-                    _WATCHDOG.done(key)
-
-        _CLASSES["postgresql"] = cls = WatchedConnection
-    return cls
 
 
 # -- opening connections ------------------------------------------------------------------------
@@ -398,7 +171,7 @@ def _open(target: DatabaseUrl, application_name: str, response_timeout: float, c
             # session, where a statement prepared on another is unknown.
             kwargs["prepare_threshold"] = None
         try:
-            conn = _watched_connection_class(psycopg).connect(url, **kwargs)
+            conn = watched_connection_class(psycopg).connect(url, **kwargs)
         except psycopg.OperationalError as exc:
             text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__

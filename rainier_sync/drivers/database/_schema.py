@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ... import _clock
-from ._connection import MYSQL, POSTGRESQL, SQLITE, Database
+from ._connection import Database
+from .url import MYSQL, POSTGRESQL, SQLITE
 
 JOBS = "rainier_jobs"
 FAILED = "rainier_failed_jobs"

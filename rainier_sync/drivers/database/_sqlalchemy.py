@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import DriverUnavailableError
-from ._connection import MYSQL, POSTGRESQL, SQLITE
+from .url import MYSQL, POSTGRESQL, SQLITE
 
 #: SQLAlchemy's dialect names, and the driver of each whose connections the queue can write on.
 _DIALECTS = {"sqlite": SQLITE, "postgresql": POSTGRESQL, "mysql": MYSQL, "mariadb": MYSQL}

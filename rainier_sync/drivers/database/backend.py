@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence, TypeVar
 
 from ...errors import PayloadError, RainierError, SchemaMissingError
-from ._connection import MYSQL, POSTGRESQL, SQLITE, Database, DatabaseUrl, data_errors
-from ._schema import FAILED, JOBS
+from ._connection import Database, data_errors
+from .dialects import Dialect, dialect_for
+from .url import SQLITE, DatabaseUrl
 
 T = TypeVar("T")
 #: A statement's parameters, or a function building them when the statement runs.
@@ -23,73 +24,22 @@ def _missing_table(exc: BaseException) -> bool:
     )
 
 
-class _Sql:
-    """Placeholders and the few statements whose syntax differs by dialect."""
-
-    def __init__(self, dialect: str) -> None:
-        self.dialect = dialect
-        self.ph = "?" if dialect == SQLITE else "%s"
-
-    def __call__(self, sql: str) -> str:
-        return sql.replace("%s", "?") if self.dialect == SQLITE else sql
-
-    def marks(self, n: int) -> str:
-        return ", ".join([self.ph] * n)
-
-    def insert_job(self) -> str:
-        return f"INSERT INTO {JOBS} (id, queue, name, body, attempts, priority, available_at) VALUES ({self.marks(7)})"
-
-    def upsert_failed(self) -> str:
-        cols = "id, queue, name, body, error, exception, attempts, failed_at"
-        base = f"INSERT INTO {FAILED} ({cols}) VALUES ({self.marks(8)})"
-        if self.dialect == MYSQL:
-            return base + (
-                " ON DUPLICATE KEY UPDATE queue = VALUES(queue), name = VALUES(name), body = VALUES(body),"
-                " error = VALUES(error), exception = VALUES(exception), attempts = VALUES(attempts),"
-                " failed_at = VALUES(failed_at)"
-            )
-        return base + (
-            " ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, name = excluded.name, body = excluded.body,"
-            " error = excluded.error, exception = excluded.exception, attempts = excluded.attempts,"
-            " failed_at = excluded.failed_at"
-        )
-
-
-def _begin(conn: Any, dialect: str) -> None:
-    if dialect == SQLITE:
-        conn.execute("BEGIN IMMEDIATE")
-    elif dialect == POSTGRESQL:
-        conn.execute("BEGIN")
-    else:
-        conn.begin()
-
-
-def _commit(conn: Any, dialect: str) -> None:
-    if dialect == MYSQL:
-        conn.commit()
-    else:
-        conn.execute("COMMIT")
-
-
-def _rollback(conn: Any, dialect: str) -> None:
+def _rollback(conn: Any, dialect: Dialect) -> None:
     try:
-        if dialect == MYSQL:
-            conn.rollback()
-        else:
-            conn.execute("ROLLBACK")
+        dialect.rollback(conn)
     except Exception:  # noqa: BLE001 - the original error is the one to raise
         pass
 
 
-def _in_transaction(conn: Any, dialect: str, fn: Callable[[Any], T]) -> T:
-    _begin(conn, dialect)
+def _in_transaction(conn: Any, dialect: Dialect, fn: Callable[[Any], T]) -> T:
+    dialect.begin(conn)
     try:
         cursor = conn.cursor()
         result = fn(cursor)
     except BaseException:
         _rollback(conn, dialect)
         raise
-    _commit(conn, dialect)
+    dialect.commit(conn)
     return result
 
 
@@ -113,7 +63,7 @@ class _Backend:
     ) -> None:
         self.target = target
         self.dialect = target.dialect
-        self.sql = _Sql(self.dialect)
+        self.sql = dialect_for(self.dialect)
         self.db = Database(
             target,
             reconnect_for=reconnect_for,
@@ -171,4 +121,4 @@ class _Backend:
 
     def transaction(self, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` in one transaction (SQLite: ``BEGIN IMMEDIATE``, taking the write lock up front)."""
-        return self.run(lambda conn: _in_transaction(conn, self.dialect, fn))
+        return self.run(lambda conn: _in_transaction(conn, self.sql, fn))

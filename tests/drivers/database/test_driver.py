@@ -139,7 +139,8 @@ def test_unreachable_postgres_is_a_boot_error_naming_the_host(postgres_url: str)
 
 
 def test_postgres_connections_use_tcp_keepalives_unless_the_url_says_otherwise(postgres_url: str) -> None:
-    from rainier_sync.drivers.database._connection import DatabaseUrl, connect
+    from rainier_sync.drivers.database._connection import connect
+    from rainier_sync.drivers.database.url import DatabaseUrl
 
     default = connect(DatabaseUrl.parse(postgres_url))
     tuned = connect(DatabaseUrl.parse(postgres_url + ("&" if "?" in postgres_url else "?") + "keepalives_idle=5"))

@@ -14,7 +14,7 @@ import pytest
 from rainier_sync import QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.base import Waker
 from rainier_sync.drivers.database import DatabaseQueue
-from rainier_sync.drivers.database._connection import DatabaseUrl
+from rainier_sync.drivers.database.url import DatabaseUrl
 from rainier_sync.errors import ConfigurationError
 from rainier_sync.types import QueuedJob
 

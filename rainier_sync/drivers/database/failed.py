@@ -1,0 +1,123 @@
+"""The failed store: moving a job there, listing, retrying and forgetting failed jobs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ... import _clock
+from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info, decode, encode
+from ._core import DatabaseCore, column_text
+from ._schema import FAILED, JOBS
+
+
+class FailedTable(DatabaseCore):
+    """Failed jobs, each kept once by id, until retried or forgotten."""
+
+    def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        info = as_exception_info(error)
+        stored = replace(job, connection=self.connection, receipt=None)
+        when: list[float] = []
+        where, params = self._held([job])
+        if isinstance(job.receipt, tuple):
+            # Ours, or lapsed and reclaimed but not claimed again: the attempt that
+            # just failed was its last, so it leaves the jobs table either way.
+            where = "seq = %s AND (token = %s OR reserved_at IS NULL)"
+            params = list(job.receipt)
+
+        def move(cursor: Any) -> None:
+            when[:] = [_clock.now()]
+            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE {where}"), tuple(params))
+            if cursor.rowcount == 0:
+                # Another worker claimed it again after our reservation lapsed (or it
+                # is gone): its run decides; a failed copy here would let a retry
+                # queue the job twice.
+                return
+            cursor.execute(
+                self._sql(self._sql.upsert_failed()),
+                (
+                    job.id,
+                    job.queue,
+                    job.name,
+                    stored.encode(),
+                    self._sql.error_column(info.error),
+                    encode(info.to_dict()),
+                    job.attempts,
+                    when[0],
+                ),
+            )
+
+        self._worker.transaction(move)
+        return FailedJob.of(stored, info, when[0])
+
+    def _failed_from_row(self, row: tuple[Any, ...]) -> FailedJob:
+        job_id, queue, name, body, error, exception, attempts, failed_at = row
+        # Listed whatever it holds: the failed store is where unreadable jobs go.
+        try:
+            job: QueuedJob | None = QueuedJob.decode(body, connection=self.connection)
+        except Exception:  # noqa: BLE001 - listed without its envelope
+            job = None
+        try:
+            info = ExceptionInfo.from_dict(decode(exception))
+        except Exception:  # noqa: BLE001 - the error string says it
+            info = ExceptionInfo.from_message(str(error))
+        count = attempts if type(attempts) is int else 0
+        return FailedJob(
+            id=column_text(job_id),
+            name=column_text(name),
+            queue=column_text(queue),
+            connection=self.connection,
+            payload=job.payload if job is not None else {},
+            error=column_text(error),
+            exception=info,
+            failed_at=float(failed_at) if isinstance(failed_at, (int, float)) else 0.0,
+            attempts=count,
+            max_attempts=job.max_attempts if job is not None else count,
+            job=job,
+        )
+
+    def failed_jobs(self, limit: int = 50) -> list[FailedJob]:
+        rows = self._backend.query(
+            f"SELECT id, queue, name, body, error, exception, attempts, failed_at FROM {FAILED} "
+            "ORDER BY failed_at DESC, seq DESC LIMIT %s",
+            (int(limit),),
+        )
+        return [self._failed_from_row(row) for row in rows]
+
+    def failed_count(self) -> int:
+        return int(self._backend.query(f"SELECT count(*) FROM {FAILED}")[0][0])
+
+    def retry_failed(self, id: str) -> bool:
+        sql = self._sql
+
+        def move(cursor: Any) -> bool:
+            now = _clock.now()
+            cursor.execute(sql(f"SELECT queue, name, body FROM {FAILED} WHERE id = %s"), (id,))
+            row = cursor.fetchone()
+            if row is None:
+                return False
+            queue, name, body = row
+            priority = 0
+            try:
+                job = QueuedJob.decode(body)
+            except Exception:  # noqa: BLE001 - queued as it was; the claim moves it back, saying why
+                pass
+            else:
+                job.attempts = 0
+                job.available_at = now
+                body, priority = job.encode(), job.priority
+            cursor.execute(sql(f"DELETE FROM {FAILED} WHERE id = %s"), (id,))
+            if cursor.rowcount == 0:
+                # A concurrent retry deleted it first (PostgreSQL and MariaDB read the
+                # row above without a lock): that one queues it, this one must not.
+                return False
+            cursor.execute(sql(sql.insert_one()), (id, queue, name, body, 0, priority, now))
+            return True
+
+        retried = self._backend.transaction(move)
+        if retried:
+            self._wake_local()
+        return retried
+
+    def forget_failed(self, id: str) -> bool:
+        return self._backend.execute(f"DELETE FROM {FAILED} WHERE id = %s", (id,)) > 0
