@@ -15,9 +15,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import signal
 import threading
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .. import _clock, signals
@@ -27,6 +25,7 @@ from ..fleet import RECORD_EVERY, FleetRecorder
 from ..scheduler import Scheduler
 from ..types import QueuedJob
 from .attempts import Attempts
+from .control import Control
 from .health import TOUCH_EVERY, Health, HealthFile, WorkerHealth
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
 from .pool import Pool
@@ -43,7 +42,7 @@ __all__ = ["Worker"]
 log = logging.getLogger("rainier_sync")
 
 
-class Worker:
+class Worker(Control):
     """Runs jobs from one connection of a :class:`~rainier_sync.QueueManager`.
 
     ``run()`` blocks until stopped (or, with ``once``, until nothing is due);
@@ -145,56 +144,6 @@ class Worker:
         #: When the owning loop last began a turn (monotonic; None before the run).
         self._last_turn: float | None = None
 
-    # -- control -----------------------------------------------------------------------
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    def stop(self, grace: float | None = None) -> None:
-        """Take no new job; let running ones finish (up to the grace period).
-        Jobs claimed ahead and not started go back to the queue."""
-        if grace is not None:
-            self.options.grace = grace
-        if not self._stop.is_set():
-            self._stopped_at = _clock.monotonic()
-            self._stop.set()
-        pool = self._pool
-        if pool is not None:
-            pool.pause()
-        self._stop_notice.set()
-        self._waker.set()
-
-    def _stop_from_signal(self, grace: float | None) -> None:
-        """:meth:`stop` for a signal handler, taking no lock a handler could find
-        held by the very thread it interrupted (an Event's, the pool's): the
-        owning loop carries the stop out as soon as it wakes."""
-        self._signalled = (grace,)
-        pool = self._pool
-        if pool is not None:
-            pool.pause()
-        self._waker.set()  # re-entrant
-
-    def start(self) -> threading.Thread:
-        """Run the worker in a background thread (for a service that embeds it)."""
-        if self._thread is not None:
-            raise RuntimeError("this worker was already started")
-        self._thread = threading.Thread(
-            target=self._run_in_thread, name=f"rainier-worker-{self.connection_name}", daemon=True
-        )
-        self._thread.start()
-        return self._thread
-
-    def _run_in_thread(self) -> None:
-        try:
-            self.run()
-        except Exception:  # noqa: BLE001 - logged; join() returns the stats so far
-            log.exception("worker stopped by an error")
-
-    def join(self, timeout: float | None = None) -> WorkerStats:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.stats
-
     def health(self) -> WorkerHealth:
         """What a liveness probe judges: how long ago the loop last turned, what it
         holds and runs, and how the backend has been answering. Safe from any thread."""
@@ -208,21 +157,6 @@ class Worker:
             last_error=self._health.last_error,
             failing_since=None if failing is None else _clock.now() - (monotonic - failing),
         )
-
-    def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT stop the worker gracefully; a second one stops it
-        without waiting for running jobs. Call from the main thread."""
-
-        def handle(signum: int, frame: FrameType | None) -> None:
-            if self.stopping or self._signalled is not None:
-                log.warning("second stop signal: not waiting for running jobs")
-                self._stop_from_signal(0.0)
-            else:
-                log.info("signal %s: stopping after running jobs finish", signal.Signals(signum).name)
-                self._stop_from_signal(None)
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
 
     # -- the owning loop -----------------------------------------------------------
     def run(self) -> WorkerStats:
