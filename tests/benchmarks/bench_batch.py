@@ -1,0 +1,154 @@
+"""Batch benchmark: what a batch's bookkeeping costs a dispatch and a drain.
+
+    .venv/bin/python tests/benchmarks/bench_batch.py [--jobs 10000] [--threads 8] [--repeat 2]
+
+On Redis (``REDIS_URL``, default ``redis://127.0.0.1:6379/13``, keys under a
+prefix of their own) and on PostgreSQL (``POSTGRES_URL``, default
+``postgresql://postgres@127.0.0.1:5432/test``, in a schema of its own, dropped
+at the end), the lock store on the same server: ``--jobs`` no-op jobs are
+dispatched (``dispatch_many``) and drained by one worker (this process,
+``--threads`` threads, ``once``); then the same jobs in one batch
+(``manager.batch(jobs).dispatch()``). Figures: jobs per second over dispatch
+and drain together (best of ``--repeat``), each part's, and the batch's share
+of the plain rate. A backend that cannot be reached is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions  # noqa: E402
+
+
+@dataclass
+class Noop(Job):
+    NAME = "bench.batch.noop"
+    QUEUE = "bench-batch"
+
+    n: int = 0
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
+@contextmanager
+def redis() -> Iterator[tuple[Any, Any]]:
+    import redis as client_module
+
+    from rainier_sync.drivers.redis import RedisQueue
+    from rainier_sync.locks import RedisLockStore
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13")
+    prefix = f"bench-batch:{uuid.uuid4().hex[:8]}:"
+    driver = RedisQueue.from_url(url, prefix=prefix)
+    locks = RedisLockStore.from_url(url, prefix=prefix + "lock:")
+    driver.size(Noop.QUEUE)
+    try:
+        yield driver, locks
+    finally:
+        driver.close()
+        locks.close()
+        client = client_module.Redis.from_url(url)
+        for keys in _chunks(list(client.scan_iter(match=prefix + "*", count=1000))):
+            client.delete(*keys)
+        client.close()
+
+
+@contextmanager
+def postgres() -> Iterator[tuple[Any, Any]]:
+    import psycopg
+
+    from rainier_sync.drivers.database import DatabaseQueue
+    from tests.drivers.database.support import with_search_path
+
+    base = os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    schema = f"bench_batch_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        driver = DatabaseQueue.from_url(with_search_path(base, schema))
+        driver.migrate()
+        locks = driver.lock_store()
+        locks.migrate()
+        try:
+            yield driver, locks
+        finally:
+            driver.close()
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _chunks(items: list[Any], size: int = 1000) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+@dataclass
+class Run:
+    dispatch: float
+    drain: float
+
+    def rate(self, jobs: int) -> float:
+        return jobs / (self.dispatch + self.drain)
+
+
+def run(driver: Any, locks: Any, jobs: int, threads: int, batched: bool) -> Run:
+    manager = QueueManager({"b": driver}, registry=JobRegistry().with_job(Noop), container=Container(), locks=locks)
+    work = [Noop(n) for n in range(jobs)]
+    started = time.perf_counter()
+    batch_id = manager.batch(work, name="bench").dispatch().id if batched else None
+    if not batched:
+        manager.dispatch_many(work)
+    dispatched = time.perf_counter()
+    stats = Worker(manager, options=WorkerOptions(queues=[Noop.QUEUE], once=True, concurrency=threads)).run()
+    drained = time.perf_counter()
+    assert stats.processed == jobs, stats
+    if batch_id is not None:
+        batch = manager.find_batch(batch_id)
+        assert batch is not None and batch.finished and batch.processed == jobs, batch
+    return Run(dispatched - started, drained - dispatched)
+
+
+def best(runs: list[Run], jobs: int) -> Run:
+    return max(runs, key=lambda r: r.rate(jobs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    jobs = args.jobs
+    print(f"load average: {os.getloadavg()[0]:.2f}; {jobs} jobs, {args.threads} threads, best of {args.repeat}")
+    backends: list[tuple[str, Callable[[], Any]]] = [("redis", redis), ("postgres", postgres)]
+    for name, open_backend in backends:
+        try:
+            with open_backend() as (driver, locks):
+                plain = best([run(driver, locks, jobs, args.threads, False) for _ in range(args.repeat)], jobs)
+                batched = best([run(driver, locks, jobs, args.threads, True) for _ in range(args.repeat)], jobs)
+        except Exception as exc:  # noqa: BLE001 - a benchmark skips what it cannot reach
+            print(f"{name} skipped: {exc!r}")
+            continue
+        for label, figures in (("plain", plain), ("batch", batched)):
+            print(
+                f"{name:9s} {label}  {figures.rate(jobs):7.0f} jobs/s   "
+                f"(dispatch {jobs / figures.dispatch:7.0f} jobs/s, drain {jobs / figures.drain:7.0f} jobs/s)"
+            )
+        print(f"{name:9s} batch/plain {batched.rate(jobs) / plain.rate(jobs):.0%}")
+
+
+if __name__ == "__main__":
+    main()
