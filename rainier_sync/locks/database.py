@@ -194,6 +194,7 @@ class DatabaseLockStore(LockStore):
         sql, ttl = self._backend.sql, float(ttl)
 
         def add(cursor: Any) -> dict[str, int]:
+            self._lock_rows(cursor, key)
             until = _clock.now() + ttl
             for field, n in counts.items():
                 cursor.execute(
@@ -211,6 +212,7 @@ class DatabaseLockStore(LockStore):
         sql, ttl = self._backend.sql, float(ttl)
 
         def settle(cursor: Any) -> tuple[dict[str, int], bool]:
+            self._lock_rows(cursor, key)
             until = _clock.now() + ttl
             cursor.execute(
                 sql(self._insert_absent(TALLY_MEMBERS, "tally_key, member, expires_at", "%s, %s, %s")),
@@ -230,6 +232,15 @@ class DatabaseLockStore(LockStore):
             return self._touch(cursor, key, until), new
 
         return self._backend.transaction(settle)
+
+    def _lock_rows(self, cursor: Any, key: str) -> None:
+        """Lock a tally's rows first, in one order, so two changes of one tally
+        (settling different fields) wait for each other instead of deadlocking."""
+        cursor.execute(
+            self._backend.sql(f"SELECT field FROM {TALLIES} WHERE tally_key = %s ORDER BY field{self._for_update}"),
+            (key,),
+        )
+        cursor.fetchall()
 
     def _touch(self, cursor: Any, key: str, until: float) -> dict[str, int]:
         sql = self._backend.sql
