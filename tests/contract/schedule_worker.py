@@ -103,6 +103,30 @@ class Beat(Job):
         note(self.ledger, f"{ENTRY} {tick} {context.id} {os.getpid()} {now:.3f}")
 
 
+MINUTELY = "minutely"
+
+
+@dataclass
+class Minute(Beat):
+    """A ``* * * * *`` entry's job: ``minutely <tick> <job id> <pid> <ran at>``."""
+
+    NAME = "schedule-tests.minute"
+
+    def handle(self, context: JobContext) -> None:
+        store = getattr(_stores, "store", None)
+        if store is None:
+            store = _stores.store = lock_store(self.backend, self.url, self.prefix)
+        entry = Entry(MINUTELY, self, cron="* * * * *")
+        now = _clock.now()
+        latest = math.floor(now / 60) * 60
+        tick = "none"
+        for back in range(5):
+            if store.owner(entry.key(latest - back * 60)) == context.id:
+                tick = f"{latest - back * 60:.0f}"
+                break
+        note(self.ledger, f"{MINUTELY} {tick} {context.id} {os.getpid()} {now:.3f}")
+
+
 def killing(base: type[LockStore], kill_at: int, directory: str) -> type[LockStore]:
     """``base`` whose Nth tick claim by the scheduler kills the process instead."""
 
@@ -110,7 +134,7 @@ def killing(base: type[LockStore], kill_at: int, directory: str) -> type[LockSto
         claims = 0
 
         def acquire(self, key: str, owner: str, ttl: float) -> bool:
-            if key.startswith("schedule:") and sys._getframe(1).f_code.co_name == "_dispatch":
+            if key.startswith(f"schedule:{ENTRY}:") and sys._getframe(1).f_code.co_name == "_dispatch":
                 Killing.claims += 1
                 if Killing.claims >= kill_at:
                     note(directory, f"killed {key} {owner} {os.getpid()}")
@@ -131,6 +155,7 @@ def main(argv: list[str]) -> int:
     wait_for_go = len(argv) > 5 and argv[5] == "go"
     registry = JobRegistry()
     registry.register(Beat)
+    registry.register(Minute)
     driver: Any
     if backend == "postgres":
         from rainier_sync.drivers.database import DatabaseQueue
@@ -141,7 +166,11 @@ def main(argv: list[str]) -> int:
 
         driver = RedisQueue.from_url(url, prefix=prefix + "queue:", reservation=RESERVATION)
     locks = lock_store(backend, url, prefix, kill_at, directory)
-    schedule = Schedule().every(INTERVAL, Beat(backend, url, prefix, directory), name=ENTRY)
+    schedule = (
+        Schedule()
+        .every(INTERVAL, Beat(backend, url, prefix, directory), name=ENTRY)
+        .cron("* * * * *", Minute(backend, url, prefix, directory), name=MINUTELY)
+    )
     manager = QueueManager({"main": driver}, registry=registry, container=Container(), locks=locks, schedule=schedule)
     worker = Worker(
         manager,

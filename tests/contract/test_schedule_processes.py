@@ -38,6 +38,8 @@ class Ledger:
     """What the processes wrote: per tick its runs (job id, pid), the ready and killed lines."""
 
     runs: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+    #: The ``* * * * *`` entry's runs, per tick.
+    minutes: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
     ready: set[str] = field(default_factory=set)
     killed: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -47,7 +49,7 @@ class Ledger:
         for path in directory.glob("*.log"):
             for line in path.read_text(encoding="utf-8").splitlines():
                 parts = line.split()
-                if not parts or (parts[0] == "beat" and len(parts) < 5):
+                if not parts or (parts[0] in ("beat", "minutely") and len(parts) < 5):
                     continue  # a line still being written
                 if parts[0] == "ready":
                     made.ready.add(parts[1])
@@ -55,6 +57,8 @@ class Ledger:
                     made.killed.append((parts[1], parts[2], parts[3]))
                 elif parts[0] == "beat":
                     made.runs[parts[1]].append((parts[2], parts[3]))
+                elif parts[0] == "minutely":
+                    made.minutes[parts[1]].append((parts[2], parts[3]))
         return made
 
     def ticks(self) -> list[int]:
@@ -171,8 +175,14 @@ def test_three_scheduling_workers_run_each_tick_exactly_once(workers: Workers) -
     wait_until(lambda: Ledger.read(directory).span() >= 8, timeout=30, interval=0.1, message="8 ticks run")
     results = workers.stop(procs)
     assert [code for code, _ in results] == [0, 0, 0], results
-    ticks = check_exactly_once(Ledger.read(directory), killed_pids=set())
+    ledger = Ledger.read(directory)
+    ticks = check_exactly_once(ledger, killed_pids=set())
     assert len(ticks) >= 8
+    # The cron entry: the three race for the current minute's tick as they start (and for
+    # the next, when the run spans a minute's turn); each tick is run by one job, once.
+    assert ledger.minutes and "none" not in ledger.minutes, ledger.minutes
+    for tick, runs in ledger.minutes.items():
+        assert len(runs) == 1, f"minute {tick} run {len(runs)} times: {runs}"
 
 
 # On Redis only: the scheduler's path is the same on every store, and the three-worker test
