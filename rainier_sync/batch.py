@@ -249,6 +249,30 @@ def cancel(manager: Any, batch_id: str) -> bool:
     return True
 
 
+#: A batch's record as this process last read it, and when (monotonic): a record
+#: never changes once written, so a worker reads it once a minute, not per job.
+_records: dict[str, tuple[float, dict[str, Any]]] = {}
+_records_mutex = threading.Lock()
+RECORD_KEPT = 60.0
+
+
+def _record(locks: LockStore, batch_id: str) -> dict[str, Any] | None:
+    now = _clock.monotonic()
+    with _records_mutex:
+        held = _records.get(batch_id)
+    if held is not None and now - held[0] < RECORD_KEPT:
+        return held[1]
+    text = locks.get_value(batch_key(batch_id))
+    if text is None:
+        return None
+    record: dict[str, Any] = decode(text)
+    with _records_mutex:
+        if len(_records) > 1000:
+            _records.clear()
+        _records[batch_id] = (now, record)
+    return record
+
+
 def settle(
     locks: LockStore | None, dispatcher: Dispatcher | None, queued: QueuedJob, field: str
 ) -> dict[str, int] | None:
@@ -257,10 +281,9 @@ def settle(
     batch_id = str((queued.meta or {}).get("batch"))
     if locks is None:
         raise ConfigurationError("this job belongs to a batch, and its worker has no lock store to count it in")
-    text = locks.get_value(batch_key(batch_id))
-    if text is None:
+    record = _record(locks, batch_id)
+    if record is None:
         return None  # the batch expired (or was never recorded): nothing to count
-    record = decode(text)
     retention = float(record.get("retention", RETENTION))
     counts, new = locks.tally_settle(batch_key(batch_id), queued.id, field, retention)
     if field == "failed" and new:
