@@ -40,7 +40,12 @@ class Waiting(DatabaseCore):
         try:
             listener = version = None
             if self._sql.notifies and self.listen:
-                listener = self._listen()
+                try:
+                    listener = self._listen()
+                except self._backend.db._lost as exc:
+                    # Lost while it was being opened: the worker's next turn looks again.
+                    log.warning("the LISTEN connection to %s was lost (%s); it reopens on the next wait", self.url, exc)
+                    return
             else:
                 version = self._data_version()
             soonest = self._soonest(queues) if queues else None
@@ -65,7 +70,11 @@ class Waiting(DatabaseCore):
                     application_name=main.application_name + "-listen",
                     response_timeout=main.response_timeout,
                 )
-                conn.execute(f"LISTEN {CHANNEL}")
+                try:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                except BaseException:
+                    conn.close()
+                    raise
                 self._listener = conn
             return self._listener
 

@@ -703,6 +703,41 @@ def test_dispatch_within_a_mariadb_transaction(my_url: str) -> None:
     manager.close()
 
 
+def test_a_listen_connection_lost_while_it_opens_ends_the_wait_and_reopens_next_time(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from rainier_sync.drivers.database import listen
+
+    real_connect = listen.connect
+    opened: list[int] = []
+
+    def connect_then_lose(*args: Any, **kwargs: Any) -> Any:
+        conn = real_connect(*args, **kwargs)
+        if not opened:  # the first: terminated by the server before its LISTEN is sent
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        opened.append(conn.info.backend_pid)
+        return conn
+
+    monkeypatch.setattr(listen, "connect", connect_then_lose)
+    queue = DatabaseQueue.from_url(pg_url)
+    producer = DatabaseQueue.from_url(pg_url)
+    waker = Waker()
+    started = time.monotonic()
+    queue.wait_for_jobs(["default"], 20.0, waker)  # no error escapes, and no 20 s sleep
+    assert time.monotonic() - started < 10
+    thread, took = _wait_in_thread(queue, waker)
+    wait_until(lambda: len(opened) == 2, timeout=10, message="the next wait to open a new LISTEN connection")
+    time.sleep(0.2)
+    producer.push(QueuedJob(id="wake", name="x", queue="default", payload={}, available_at=0))
+    thread.join(10)
+    assert took and took[0] < 10, "the new LISTEN connection hears the dispatch"
+    queue.close()
+    producer.close()
+
+
 def test_a_terminated_listen_connection_is_reopened_on_the_next_wait(pg_url: str) -> None:
     import psycopg
 
