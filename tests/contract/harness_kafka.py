@@ -43,5 +43,7 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
             "whatever their priority",
             "tell reserved jobs from ready ones": "a partition's lag counts the jobs not yet committed, "
             "running or not",
+            "try queues strictly in the order given": "a consumer orders by queue only what it has fetched: "
+            "a later queue's records fetched before an earlier queue's arrive can go first",
         },
     )

@@ -116,11 +116,14 @@ class Workers:
         proc.communicate(timeout=10)
 
     def stop(self, proc: subprocess.Popen[str]) -> dict[str, Any]:
-        """SIGTERM ``proc`` and wait (bounded) for it to end; its stats."""
+        """SIGTERM ``proc`` once it has its handlers (a worker still starting would
+        die of the signal) and wait (bounded) for it to end; its stats."""
+        index = self.started.index(proc)
+        err = self.logs / f"worker-{index}.err"
+        wait_until(lambda: "ready" in err.read_text(encoding="utf-8"), 30.0, 0.02, f"worker {index} to be ready")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
-        index = self.started.index(proc)
-        errors = (self.logs / f"worker-{index}.err").read_text(encoding="utf-8")
+        errors = err.read_text(encoding="utf-8")
         assert proc.returncode == 0, f"worker {index} exited {proc.returncode}:\n{out}\n{errors}"
         stats: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return stats

@@ -42,6 +42,7 @@ def main(argv: list[str]) -> int:
     )
     worker = Worker(manager, options=options)
     worker.install_signal_handlers()
+    print("ready", file=sys.stderr, flush=True)  # a SIGTERM from here on stops it gracefully
     totals = asdict(worker.run())
     manager.close()
     print(json.dumps(totals), flush=True)
