@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .drivers.base import BaseQueue
+from .drivers.base import BaseQueue, Promises
 from .job import Job
 from .types import ExceptionInfo, FailedJob, QueuedJob
 
@@ -25,6 +25,9 @@ class PushedJob:
 
 class RecordingQueue(BaseQueue):
     """The one connection of a fake manager: it stores nothing and runs nothing."""
+
+    #: Deferred (a worker would run what it records) and kept in this process only.
+    promises = Promises(deferred=True, survives_a_restart=False)
 
     def __init__(self) -> None:
         self.records: list[QueuedJob] = []

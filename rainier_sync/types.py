@@ -7,11 +7,11 @@ import json
 import traceback
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _quote  # C-accelerated, keeps non-ASCII like _ENCODER
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from .errors import JobCrashedError, JobTimeoutError, PayloadError
 
-__all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "Result", "encode", "decode"]
+__all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "ListedJob", "JobState", "Result", "encode", "decode"]
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -352,6 +352,21 @@ class QueueCounts:
     @property
     def total(self) -> int:
         return self.ready + self.delayed + self.reserved
+
+
+#: The states a stored job can be listed in.
+JobState = Literal["ready", "delayed", "reserved"]
+JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "reserved")
+
+
+@dataclass(frozen=True)
+class ListedJob:
+    """One stored job as :meth:`~rainier_sync.drivers.base.Inspector.list_jobs` reads it:
+    the job, its state, and until when it is reserved (``None`` unless reserved)."""
+
+    job: QueuedJob
+    state: JobState
+    reserved_until: float | None = None
 
 
 @dataclass(frozen=True)

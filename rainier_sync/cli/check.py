@@ -147,7 +147,7 @@ def _connections(frontend: Frontend, manager: QueueManager, findings: Findings) 
     migrate = frontend.command("queue:migrate")
     for name, driver in manager.connections.items():
         where = f"connection {name} ({driver.kind})"
-        if not driver.driver.is_deferred():
+        if not driver.promises.deferred:
             findings.ok(f"{where}: runs jobs inline")
             continue
         try:

@@ -52,7 +52,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         )
     driver = manager.connection(args.connection)
     name = args.connection or manager.default
-    if not driver.driver.needs_a_worker():
+    if not driver.promises.needs_a_worker:
         raise UsageError(f"connection {name!r} is {driver.kind}: it runs jobs inline, there is nothing to work")
     if not len(manager.registry):
         raise UsageError(f"the job registry is empty, so every job would fail as unknown: {frontend.registry_hint}")
@@ -264,7 +264,7 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     report: list[dict[str, Any]] = []
     for name, driver in selected(manager, args.connection):
         entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0, "workers": []}
-        if driver.driver.is_deferred():
+        if driver.promises.deferred:
             entry["workers"] = [worker.to_dict() for worker in manager.workers(name)]
             paused = manager.paused(name)
             for queue in dict.fromkeys([*wanted, *sorted(driver.queue_names()), *sorted(paused)]):

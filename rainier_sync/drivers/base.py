@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 from ..errors import (
     CapabilityError,
 )
-from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
+from ..types import ExceptionInfo, FailedJob, JobState, ListedJob, QueueCounts, QueuedJob
 
 if TYPE_CHECKING:
     from ..container import Container
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QueueDriver",
+    "Promises",
     "Binding",
     "Capabilities",
     "CapabilityError",
@@ -77,6 +78,34 @@ class QueueDriver(enum.Enum):
         except ValueError:
             names = ", ".join(d.value for d in cls)
             raise ValueError(f"unknown queue driver {value!r}; expected one of: {names}") from None
+
+
+@dataclass(frozen=True)
+class Promises:
+    """What a driver promises about the jobs it accepts, declared by each driver
+    (a driver outside the six declares its own): read by the worker, the
+    command line and the dashboard instead of asking which driver it is."""
+
+    #: False only for a driver that runs the job inside ``dispatch`` (``sync``).
+    deferred: bool = True
+    #: Queued jobs outlive the process that queued them.
+    survives_a_restart: bool = True
+    #: A dispatch that returned can still vanish (Redis: snapshots, asynchronous replication, eviction).
+    may_lose_an_accepted_job: bool = False
+
+    @property
+    def needs_a_worker(self) -> bool:
+        """Nothing runs unless a ``queue:work`` process is running."""
+        return self.deferred
+
+    @classmethod
+    def of(cls, driver: QueueDriver) -> Promises:
+        """What one of the six drivers promises, as :class:`QueueDriver` answers."""
+        return cls(
+            deferred=driver.is_deferred(),
+            survives_a_restart=driver.survives_a_restart(),
+            may_lose_an_accepted_job=driver.may_lose_an_accepted_job(),
+        )
 
 
 def _close_pipe(read: int, write: int) -> None:
@@ -198,6 +227,8 @@ class Capabilities:
     eviction_check: bool = False
     #: :meth:`BaseQueue.migrate` creates or updates the backend's tables.
     migrations: bool = False
+    #: :meth:`Inspector.list_jobs` and :meth:`Inspector.find_job` read the jobs stored, not only their counts.
+    listing: bool = False
 
 
 def _refuse(driver: Any, capability: str, what: str) -> CapabilityError:
@@ -404,6 +435,19 @@ class Inspector(ABC):
         """Queues this backend knows to hold jobs (best effort)."""
         return []
 
+    def list_jobs(
+        self, queue: str, state: JobState, *, name: str | None = None, offset: int = 0, limit: int = 50
+    ) -> list[ListedJob]:
+        """The jobs of ``queue`` in ``state`` (``ready`` in the order they would be
+        claimed, ``delayed`` by due time, ``reserved`` by when their reservation
+        lapses), skipping ``offset`` and at most ``limit``; ``name`` keeps only
+        jobs whose ``NAME`` contains it (``Capabilities.listing``)."""
+        raise _refuse(self, "listing", "list the jobs it stores")
+
+    def find_job(self, id: str) -> ListedJob | None:
+        """One stored job (ready, delayed or reserved) by id, or None (``Capabilities.listing``)."""
+        raise _refuse(self, "listing", "look a stored job up by id")
+
 
 class BaseQueue(Producer, Consumer, FailedStore, Inspector):
     """The port every driver implements: a :class:`Producer`, the
@@ -416,8 +460,11 @@ class BaseQueue(Producer, Consumer, FailedStore, Inspector):
     reservation lapses and :meth:`reclaim_expired` makes it available again.
     """
 
-    #: Which driver this is.
-    driver: QueueDriver
+    #: Which of the six drivers this is (``None`` for a driver from elsewhere, which
+    #: names itself with :attr:`kind` and declares its :attr:`promises`).
+    driver: QueueDriver | None = None
+    #: What it promises about the jobs it accepts.
+    promises: Promises = Promises()
     #: Seconds a reservation lasts before another worker may reclaim the job;
     #: ``None`` when the driver has no reservations (sync).
     reservation: float | None = None
@@ -456,7 +503,10 @@ class BaseQueue(Producer, Consumer, FailedStore, Inspector):
 
     @property
     def kind(self) -> str:
-        """The driver's name, as configuration spells it (``"redis"``)."""
+        """The driver's name, as configuration spells it (``"redis"``); a driver
+        from elsewhere overrides it."""
+        if self.driver is None:
+            return type(self).__name__
         return self.driver.value
 
     def describe(self) -> str:

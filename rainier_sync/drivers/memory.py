@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _clock
 from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
-from .base import BaseQueue, Binding, Capabilities, QueueDriver, Waker, as_job_list
+from .base import BaseQueue, Binding, Capabilities, Promises, QueueDriver, Waker, as_job_list
 from .spec import DriverSpec, Setting, seconds
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class MemoryQueue(BaseQueue):
     """
 
     driver = QueueDriver.MEMORY
+    promises = Promises.of(QueueDriver.MEMORY)
     capabilities = Capabilities(give_back=True, wakes=True)
 
     def __init__(self, reservation: float = 90) -> None:
@@ -334,5 +335,4 @@ SPEC = DriverSpec(
     settings={"reservation": Setting(seconds(), env=("QUEUE_RESERVATION",))},
     period="reservation",
     default_period=90,
-    survives_a_restart=False,
 )

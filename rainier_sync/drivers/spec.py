@@ -227,7 +227,9 @@ class DriverSpec:
       it is given the connection's description for errors.
     - ``build``: makes the driver from its settings and what ``prepare`` gave.
     - ``extra``: the ``pip install 'rainier_sync[extra]'`` its client comes with.
-    - ``deferred`` / ``survives_a_restart`` / ``may_lose_an_accepted_job``: what it promises.
+
+    What the driver promises about the jobs it accepts is declared on its
+    class (:attr:`~rainier_sync.drivers.base.BaseQueue.promises`), not here.
     """
 
     name: str
@@ -240,9 +242,6 @@ class DriverSpec:
     check: Callable[[Declared], None] | None = None
     prepare: Callable[[str, BootContext], dict[str, Any]] | None = None
     extra: str | None = None
-    deferred: bool = True
-    survives_a_restart: bool = True
-    may_lose_an_accepted_job: bool = False
     #: Where it comes in lists of drivers (lower first).
     rank: int = 100
 

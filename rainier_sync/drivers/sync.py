@@ -10,7 +10,7 @@ from ..errors import ConfigurationError
 from ..execution import Executor
 from ..pending import Dispatcher
 from ..types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
-from .base import BaseQueue, Binding, Capabilities, QueueDriver
+from .base import BaseQueue, Binding, Capabilities, Promises, QueueDriver
 from .spec import BootContext, DriverSpec
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class SyncQueue(BaseQueue):
     """
 
     driver = QueueDriver.SYNC
+    promises = Promises.of(QueueDriver.SYNC)
     capabilities = Capabilities(priority=False, renews=False)
 
     def __init__(self, registry: JobRegistry | None = None, container: Container | None = None) -> None:
@@ -131,6 +132,4 @@ SPEC = DriverSpec(
     build=_build,
     prepare=_prepare,
     env_refused={"QUEUE_RESERVATION": ("sync runs jobs inline and reserves none", "nothing")},
-    deferred=False,
-    survives_a_restart=False,
 )

@@ -69,7 +69,7 @@ def _connection_view(manager: QueueManager, name: str, driver: BaseQueue, limit:
         failed_by_queue: dict[str, int] = {}
         for job in scanned:
             failed_by_queue[job.queue] = failed_by_queue.get(job.queue, 0) + 1
-        view.can_pause = manager.locks is not None and driver.driver.needs_a_worker()
+        view.can_pause = manager.locks is not None and driver.promises.needs_a_worker
         paused = manager.paused(name) if view.can_pause else set()
         names = set(queue_names(manager, driver)) | set(failed_by_queue) | paused
         for queue in sorted(names):

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ...types import QueuedJob
-from ..base import BaseQueue, Capabilities, QueueDriver, Waker
+from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
 from .backend import _Backend
 from .dialects import dialect_for
 from .url import POSTGRESQL, SQLITE, DatabaseUrl
@@ -23,6 +23,7 @@ class DatabaseCore(BaseQueue):
     """The state the producer side, the claims, the failed store and the waits share."""
 
     driver = QueueDriver.DATABASE
+    promises = Promises.of(QueueDriver.DATABASE)
     capabilities = Capabilities(give_back=True, wakes=True, transactional_dispatch=True, migrations=True)
 
     def __init__(

@@ -44,7 +44,7 @@ from ... import _clock
 from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
-from ..base import BaseQueue, QueueDriver, Waker
+from ..base import BaseQueue, Promises, QueueDriver, Waker
 from .client import (
     _DELAYED,
     _TOPIC_CHARS,
@@ -79,6 +79,7 @@ class KafkaQueue(BaseQueue):
     """
 
     driver = QueueDriver.KAFKA
+    promises = Promises.of(QueueDriver.KAFKA)
     capabilities = KafkaSession.capabilities
 
     def __init__(

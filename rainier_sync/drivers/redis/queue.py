@@ -41,7 +41,7 @@ from ...types import (
     QueuedJob,
     as_exception_info,
 )
-from ..base import Capabilities, QueueDriver, as_job_list
+from ..base import Capabilities, Promises, QueueDriver, as_job_list
 from .connection import _check_url, _client, _connection_settings
 from .core import _consumer_name
 from .failed import _FailedStore
@@ -69,6 +69,7 @@ class RedisQueue(_IdleReading, _FailedStore):
     """
 
     driver = QueueDriver.REDIS
+    promises = Promises.of(QueueDriver.REDIS)
     capabilities = Capabilities(give_back=True, wakes=True, eviction_check=True)
 
     @classmethod

@@ -39,7 +39,6 @@ SPEC = DriverSpec(
     build=_build,
     check=_check,
     extra="redis",
-    may_lose_an_accepted_job=True,
     settings={
         "url": Setting(url(("redis", "rediss", "unix"), "redis://127.0.0.1:6379/1"), env=("REDIS_URL",), required=""),
         "prefix": Setting(text(), env=("REDIS_QUEUE_PREFIX",)),

@@ -23,7 +23,7 @@ from ...errors import (
     UnknownQueueError,
 )
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
-from ..base import BaseQueue, Capabilities, QueueDriver, Waker
+from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
 from . import wire
 from .client import SqsLink, boto3, build_clients, check_url, is_fifo, reaching, region_of
 from .consumer import SqsConsumer
@@ -69,6 +69,7 @@ class SqsQueue(BaseQueue):
     """
 
     driver = QueueDriver.SQS
+    promises = Promises.of(QueueDriver.SQS)
     capabilities = Capabilities(priority=False, give_back=True, wakes=True)
 
     def __init__(
