@@ -11,7 +11,9 @@ from typing import Any, Callable, Literal
 
 from .errors import JobCrashedError, JobTimeoutError, PayloadError
 
-__all__ = ["QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "ListedJob", "JobState", "Result", "encode", "decode"]
+__all__ = [
+    "QueuedJob", "FailedJob", "ExceptionInfo", "QueueCounts", "ListedJob", "JobState", "Result", "encode", "decode",
+]
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
