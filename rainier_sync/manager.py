@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -14,6 +13,7 @@ from .batch import PendingBatch, RecordedBatch
 from .chain import PendingChain, RecordedChain
 from .container import Container
 from .coordination import Coordination
+from .current import add_instance_resolver, dispatch, instance, instance_or_none, set_instance
 from .errors import (
     ConfigurationError,
     JobDefinitionError,
@@ -22,18 +22,22 @@ from .errors import (
     UnknownConnectionError,
 )
 from .job import Job, check_job_class
+from .outbox.dispatch import check_outbox, send_through_outbox
 from .pending import PendingDispatch
 from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
 from .types import QueuedJob
+from .unique import admit, release
 
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
     from .locks.base import LockStore
+    from .outbox import Outbox
     from .schedule import Schedule
 
-__all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
+__all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "instance_or_none", "set_instance",
+           "add_instance_resolver", "dispatch"]  # fmt: skip
 
 log = logging.getLogger("rainier_sync")
 
@@ -53,7 +57,9 @@ class QueueManager(Coordination, OnlyAFakeRecords):
 
     ``connections`` maps names to drivers; ``default`` names the one used when
     a dispatch names none. A connection nobody declared is an error, never the
-    default. ``locks`` is the lock store unique jobs use.
+    default. ``locks`` is the lock store unique jobs use. ``outbox`` is where a
+    dispatch ``.within(conn)`` to a connection that cannot write in the caller's
+    transaction (Redis, SQS, Kafka) puts its job (see :mod:`rainier_sync.outbox`).
     """
 
     def __init__(
@@ -64,6 +70,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         container: Container | None = None,
         locks: LockStore | None = None,
         schedule: Schedule | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.registry = registry if registry is not None else JobRegistry()
         self.container = container if container is not None else Container()
@@ -85,6 +92,10 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         self.default: str | None = default
         #: Where dispatches go instead of the drivers (see :meth:`route_sends`).
         self._router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None = None
+        #: The outbox dispatches within a caller's transaction go to, for drivers that cannot write in it.
+        self.outbox = outbox
+        if outbox is not None:
+            check_outbox(outbox, self._connections)
         for name, driver in self._connections.items():
             driver.bind(self, name)
 
@@ -132,6 +143,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
                 registry=booted.registry,
                 container=booted.container,
                 locks=booted.locks,
+                outbox=booted.outbox,
             )
         except BaseException:
             booted.close()
@@ -169,6 +181,8 @@ class QueueManager(Coordination, OnlyAFakeRecords):
             driver.close()
         if self.locks is not None:
             self.locks.close()
+        if self.outbox is not None:
+            self.outbox.close()
 
     # -- dispatching -----------------------------------------------------------------
     def pending(self, job: Job) -> PendingDispatch:
@@ -238,10 +252,10 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         try:
             retried = driver.retry_failed(id)
         except BaseException:
-            self._release_locks([queued])
+            release(self.locks, [queued])
             raise
         if not retried:
-            self._release_locks([queued])
+            release(self.locks, [queued])
         return retried
 
     def send_queued(self, connection: str | None, jobs: list[QueuedJob], *, within: Any = None) -> list[str | None]:
@@ -335,30 +349,27 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         if self._router is not None and within is None:
             return self._router(name, jobs)
         driver = self.connection(name)
+        if within is not None and not driver.capabilities.transactional_dispatch:
+            return send_through_outbox(self, name, driver, jobs, within)
         if signals.job_dispatching.receivers:
             signals.emit(signals.job_dispatching, self, jobs=jobs, connection=name or self.default)
         keeping = self.registry.keeping_results() and self._keeps(jobs)
         ids: list[str | None] = []
         locked: list[QueuedJob] = []
-        to_push = self._admit(jobs, ids, locked)
+        to_push = admit(self.locks, jobs, ids, locked)
         if not to_push:
             return ids
         if keeping:  # before the push: a worker (or the sync driver) may finish the job before it returns
             self._mark_pending(to_push)
         try:
             if within is not None:
-                if not driver.capabilities.transactional_dispatch:
-                    raise TypeError(
-                        f"connection {name!r} ({driver.kind}) cannot dispatch within a caller's "
-                        "transaction; only the database driver can"
-                    )
                 driver.push_within(within, to_push)
             elif len(to_push) == 1:
                 driver.push(to_push[0])
             else:
                 driver.push_many(to_push)
         except BaseException:
-            self._release_locks(locked)
+            release(self.locks, locked)
             if keeping:
                 self._mark_pending(to_push, gone=True)
             raise
@@ -380,36 +391,6 @@ class QueueManager(Coordination, OnlyAFakeRecords):
 
         push_stream(slices())
         return ids
-
-    def _admit(self, jobs: Iterable[QueuedJob], ids: list[str | None], locked: list[QueuedJob]) -> list[QueuedJob]:
-        """Take the unique jobs' locks; returns the jobs to push, and appends each
-        job's id to ``ids`` (None for a duplicate dropped) and each lock taken to ``locked``."""
-        to_push: list[QueuedJob] = []
-        for job in jobs:
-            if job.unique_key is not None:
-                if self.locks is None:
-                    log.warning(
-                        "job %s is unique but no lock store is configured: dispatched without deduplication",
-                        job.unique_key,
-                    )
-                    job.unique_key = job.unique_owner = None
-                elif not self.locks.acquire(job.unique_key, job.unique_owner or "", job.unique_for or 3600):
-                    ids.append(None)
-                    continue
-                else:
-                    locked.append(job)
-            ids.append(job.id)
-            to_push.append(job)
-        return to_push
-
-    def _release_locks(self, locked: list[QueuedJob]) -> None:
-        """After a failed push: the unique locks its jobs took."""
-        assert self.locks is not None or not locked
-        for job in locked:
-            try:
-                self.locks.release(job.unique_key or "", job.unique_owner or "")  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001 - the push error is the one to raise
-                log.exception("could not release unique lock %s after a failed push", job.unique_key)
 
     def __repr__(self) -> str:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"
@@ -492,47 +473,3 @@ class FakeQueueManager(QueueManager):
 
     def assert_nothing_pushed(self) -> None:
         self.recording.assert_nothing_pushed()
-
-
-_instance: QueueManager | None = None
-_instance_lock = threading.Lock()
-_resolvers: list[Callable[[], QueueManager | None]] = []
-
-
-def add_instance_resolver(resolver: Callable[[], QueueManager | None]) -> None:
-    """Let an integration (Flask's current app, say) answer :func:`instance`
-    first; a resolver returns None when it has no manager to offer."""
-    if resolver not in _resolvers:
-        _resolvers.append(resolver)
-
-
-def instance() -> QueueManager:
-    """The process-wide manager (set by :func:`set_instance` or by booting)."""
-    for resolver in _resolvers:
-        found = resolver()
-        if found is not None:
-            return found
-    manager = _instance
-    if manager is None:
-        raise NoQueueConfiguredError(
-            "no QueueManager is set for this process: call rainier_sync.set_instance(manager) at boot"
-        )
-    return manager
-
-
-def instance_or_none() -> QueueManager | None:
-    """The manager :func:`set_instance` set for this process, or None."""
-    return _instance
-
-
-def set_instance(manager: QueueManager | None) -> QueueManager | None:
-    """Make ``manager`` the process-wide manager; returns the previous one."""
-    global _instance
-    with _instance_lock:
-        previous, _instance = _instance, manager
-    return previous
-
-
-def dispatch(job: Job) -> str | None:
-    """``instance().dispatch(job)``."""
-    return instance().dispatch(job)
