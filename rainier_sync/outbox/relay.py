@@ -20,7 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .. import _clock, signals
-from ..errors import ConfigurationError, PayloadError, QueueUnavailableError
+from ..errors import ConfigurationError, PayloadError, QueueUnavailableError, UnknownQueueError
 from ..types import ExceptionInfo, QueuedJob
 from ..unique import admit_relayed
 from .store import Row
@@ -36,6 +36,9 @@ log = logging.getLogger("rainier_sync")
 
 #: Rows a relay takes, publishes and deletes at a time (the default).
 BATCH = 500
+#: What a connection raises for a job it will never take, as opposed to an outage:
+#: such a row is set aside, so it never holds up the rows behind it.
+_REFUSALS = (PayloadError, UnknownQueueError)
 
 
 @dataclass
@@ -60,8 +63,10 @@ class Relay:
     pooler: ``listen=false``); :meth:`run_once` relays what is there and
     returns; :meth:`start` runs it in a thread. A connection that fails is
     rested with a growing pause while the others go on; a job its connection
-    refuses (:class:`~rainier_sync.errors.PayloadError`) is set aside in the
-    outbox with the reason, so it never holds up the rows behind it.
+    refuses (:class:`~rainier_sync.errors.PayloadError`, or
+    :class:`~rainier_sync.errors.UnknownQueueError` for a queue it has no
+    place for) is set aside in the outbox with the reason, so it never holds
+    up the rows behind it.
     """
 
     def __init__(
@@ -225,7 +230,7 @@ class Relay:
                 driver.push(jobs[0])
             else:
                 driver.push_many(jobs)
-        except PayloadError:
+        except _REFUSALS:
             self._push_each(name, driver, items, done, refused)
             return
         except Exception as exc:  # noqa: BLE001 - reported; these rows wait for the next pass
@@ -242,7 +247,7 @@ class Relay:
         for index, (seq, job) in enumerate(items):
             try:
                 driver.push(job)
-            except PayloadError as exc:
+            except _REFUSALS as exc:
                 refused[seq] = f"connection {name!r} ({driver.kind}) refused it: {exc}"
                 continue
             except Exception as exc:  # noqa: BLE001 - reported; the rest wait for the next pass
