@@ -20,6 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .. import _clock, signals
+from ..drivers.base import Waker
 from ..errors import ConfigurationError, PayloadError, QueueUnavailableError, UnknownQueueError
 from ..types import ExceptionInfo, QueuedJob
 from ..unique import admit_relayed
@@ -102,8 +103,6 @@ class Relay:
         #: What failed during this pass, for :meth:`run_once` to raise.
         self._failed_now: list[str] = []
         self._outbox_failures = 0
-        from ..drivers.base import Waker
-
         self._waker = Waker()
 
     # -- running -----------------------------------------------------------------------------
