@@ -287,7 +287,8 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     rows: list[list[str]] = []
     for entry in report:
         if inline[entry["connection"]]:
-            rows.append([entry["connection"], entry["driver"], "(runs jobs inline)", "", "", "", "", str(entry["failed"])])
+            failed = str(entry["failed"])
+            rows.append([entry["connection"], entry["driver"], "(runs jobs inline)", "", "", "", "", failed])
             continue
         if not entry["queues"]:
             rows.append([entry["connection"], entry["driver"], "(no jobs)", "0", "0", "0", "0", str(entry["failed"])])
