@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -13,17 +14,16 @@ from .batch import PendingBatch, RecordedBatch
 from .chain import PendingChain, RecordedChain
 from .container import Container
 from .coordination import Coordination
-from .current import add_instance_resolver, dispatch, instance, instance_or_none, set_instance
 from .errors import (
     ConfigurationError,
-    JobDefinitionError,
     NoQueueConfiguredError,
     UniqueLockHeldError,
     UnknownConnectionError,
 )
-from .job import Job, check_job_class
+from .job import Job
 from .outbox.dispatch import check_outbox, send_through_outbox
 from .pending import PendingDispatch
+from .queued import new_id, queued_job
 from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
 from .types import QueuedJob
@@ -33,23 +33,15 @@ if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
     from .locks.base import LockStore
-    from .outbox import Outbox
+    from .outbox.store import Outbox
     from .schedule import Schedule
 
-__all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "instance_or_none", "set_instance",
-           "add_instance_resolver", "dispatch"]  # fmt: skip
+__all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
 
 log = logging.getLogger("rainier_sync")
 
 #: Jobs per slice when a driver stores a batch as it is built.
 _SLICE = 200
-#: Job classes whose settings a dispatch has checked.
-_checked_classes: set[type] = set()
-
-
-def new_id() -> str:
-    """A random 128-bit id, as 32 hex digits."""
-    return os.urandom(16).hex()
 
 
 class QueueManager(Coordination, OnlyAFakeRecords):
@@ -307,43 +299,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         priority: int | None,
         connection: str | None,
     ) -> QueuedJob:
-        if not isinstance(job, Job):
-            raise TypeError(f"can only dispatch a rainier_sync.Job, got {type(job).__name__}")
-        job_class = type(job)
-        name = getattr(job_class, "NAME", None)
-        if not isinstance(name, str) or not name:
-            raise JobDefinitionError(f"{job_class.__qualname__} has no NAME: it cannot go on the wire")
-        if job_class not in _checked_classes:
-            check_job_class(job_class)
-            _checked_classes.add(job_class)
-        known = self.registry.find(name)
-        if known is not None and known is not job_class:
-            raise JobDefinitionError(
-                f"job name {name!r} is registered to {known.__qualname__}, not {job_class.__qualname__}"
-            )
-        payload, text = job.encoded_payload()
-        queued = QueuedJob(
-            job_id,
-            name,
-            queue or job_class.QUEUE,
-            payload,
-            connection or self.default or "default",
-            0,
-            tries if tries is not None else job_class.TRIES,
-            priority if priority is not None else job_class.PRIORITY,
-            now + delay,
-            None,
-            None,
-            None,
-            now,
-        )
-        queued.payload_json = text  # checked just now: the envelope reuses it instead of encoding it again
-        unique = job.unique_id()
-        if unique is not None:
-            queued.unique_key = f"{name}:{unique}"
-            queued.unique_owner = new_id()
-            queued.unique_for = float(job_class.UNIQUE_FOR)
-        return queued
+        return queued_job(self.registry, self.default, job, now, job_id, queue, delay, tries, priority, connection)
 
     def _send(self, name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
         if self._router is not None and within is None:
@@ -473,3 +429,47 @@ class FakeQueueManager(QueueManager):
 
     def assert_nothing_pushed(self) -> None:
         self.recording.assert_nothing_pushed()
+
+
+_instance: QueueManager | None = None
+_instance_lock = threading.Lock()
+_resolvers: list[Callable[[], QueueManager | None]] = []
+
+
+def add_instance_resolver(resolver: Callable[[], QueueManager | None]) -> None:
+    """Let an integration (Flask's current app, say) answer :func:`instance`
+    first; a resolver returns None when it has no manager to offer."""
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
+
+
+def instance() -> QueueManager:
+    """The process-wide manager (set by :func:`set_instance` or by booting)."""
+    for resolver in _resolvers:
+        found = resolver()
+        if found is not None:
+            return found
+    manager = _instance
+    if manager is None:
+        raise NoQueueConfiguredError(
+            "no QueueManager is set for this process: call rainier_sync.set_instance(manager) at boot"
+        )
+    return manager
+
+
+def instance_or_none() -> QueueManager | None:
+    """The manager :func:`set_instance` set for this process, or None."""
+    return _instance
+
+
+def set_instance(manager: QueueManager | None) -> QueueManager | None:
+    """Make ``manager`` the process-wide manager; returns the previous one."""
+    global _instance
+    with _instance_lock:
+        previous, _instance = _instance, manager
+    return previous
+
+
+def dispatch(job: Job) -> str | None:
+    """``instance().dispatch(job)``."""
+    return instance().dispatch(job)

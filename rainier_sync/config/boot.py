@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..container import Container
     from ..drivers.base import BaseQueue
     from ..locks.base import LockStore
-    from ..outbox import Outbox
+    from ..outbox.store import Outbox
     from ..registry import JobRegistry
 
 __all__ = ["QueueResources", "Booted", "build", "build_from_env", "build_from_config"]
@@ -163,7 +163,7 @@ def _outbox(connections: Connections, context: BootContext) -> Outbox | None:
             )
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"{where} needs {label} to be a database URL such as sqlite:///app.db, got {url!r}")
-    from ..outbox import Outbox
+    from ..outbox.store import Outbox
 
     try:
         return Outbox(url, connections=names)

@@ -3,7 +3,7 @@ cannot write in the caller's transaction: the checks, then the outbox."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import signals
 from ..errors import ConfigurationError
@@ -11,11 +11,23 @@ from ..unique import unguarded
 
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
-    from ..manager import QueueManager
+    from ..locks.base import LockStore
+    from ..registry import JobRegistry
     from ..types import QueuedJob
     from .store import Outbox
 
-__all__ = ["check_outbox", "send_through_outbox"]
+
+class Dispatching(Protocol):
+    """What a dispatch through the outbox needs of its manager."""
+
+    default: str | None
+    outbox: Outbox | None
+    locks: LockStore | None
+    registry: JobRegistry
+
+    def _keeps(self, jobs: list[QueuedJob]) -> bool: ...
+
+__all__ = ["Dispatching", "check_outbox", "send_through_outbox"]
 
 _DECLARE = (
     "QueueManager(..., outbox=Outbox.from_url(<the database URL of the connection you pass to within()>)), "
@@ -47,7 +59,7 @@ def check_outbox(outbox: Outbox, connections: dict[str, BaseQueue]) -> None:
 
 
 def send_through_outbox(
-    manager: QueueManager, name: str | None, driver: BaseQueue, jobs: list[QueuedJob], within: Any
+    manager: Dispatching, name: str | None, driver: BaseQueue, jobs: list[QueuedJob], within: Any
 ) -> list[str | None]:
     """Write ``jobs`` for connection ``name`` into the manager's outbox on the
     caller's connection ``within``, in its transaction; ids as ``dispatch`` gives them.

@@ -101,6 +101,7 @@ def relay_process(env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+@pytest.mark.processes
 def test_outbox_relay_stops_on_sigterm_once_its_batch_is_published(
     pg_outbox_url: str, app_env: dict[str, str], redis_driver: BaseQueue
 ) -> None:
@@ -130,6 +131,7 @@ PER_TRANSACTION = 100
 BATCH = 50
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("which", ["postgresql", "sqlite"])
 def test_a_relay_killed_ten_times_during_ten_thousand_dispatches_loses_none(
     request: pytest.FixtureRequest, which: str, app_env: dict[str, str], redis_driver: Any,
