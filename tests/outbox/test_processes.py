@@ -92,6 +92,8 @@ def test_outbox_relay_without_an_outbox_is_bad_usage(
 ) -> None:
     assert main(["outbox:relay", "--app=tests.outbox.relay_app:without_outbox"]) == EXIT_USAGE
     assert "declares no outbox, so there is nothing to relay" in capsys.readouterr().err
+    assert main(["queue:work", "--once", "--relay", "--app=tests.outbox.relay_app:without_outbox"]) == EXIT_USAGE
+    assert "declares no outbox, so there is nothing to relay" in capsys.readouterr().err
 
 
 def relay_process(env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
