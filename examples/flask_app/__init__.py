@@ -17,12 +17,12 @@ transaction (``within(db.session)``): either both are stored or neither is.
 The dashboard is at ``/queues`` for a visitor who logged in at ``/login``
 with ``DASHBOARD_PASSWORD``.
 
-It needs Flask-SQLAlchemy: ``pip install 'rainier_sync[flask,sqlalchemy]' Flask-SQLAlchemy``.
-
 The session that holds that login is signed with ``SECRET_KEY``, read from
 the environment: the app refuses to start without it, except in debug and
 testing runs, which make up a throwaway key (logins last as long as the
 process).
+
+It needs Flask-SQLAlchemy: ``pip install 'rainier_sync[flask,sqlalchemy]' Flask-SQLAlchemy``.
 """
 
 from __future__ import annotations
