@@ -2,15 +2,18 @@
 asked for, and how its name filter matches.
 
 A name filter keeps the jobs whose ``NAME`` contains the text given, ignoring
-case; the drivers that match in their server (SQL ``LIKE``, a Lua script) take
-it through :func:`like_pattern` or :func:`folded`.
+the case of the letters A to Z (PostgreSQL and MariaDB fold other letters too);
+the drivers that match in their server (SQL ``LIKE``, a Lua script) take it
+through :func:`like_pattern` or :func:`folded`.
 """
 
 from __future__ import annotations
 
-from ..types import JOB_STATES, JobState
+from ..types import JOB_STATES, JobState, ListedJob
 
-__all__ = ["check_page", "name_filter", "folded", "like_pattern", "LIKE_ESCAPE"]
+__all__ = ["Page", "check_page", "name_filter", "folded", "like_pattern", "LIKE_ESCAPE"]
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 #: The escape character of :func:`like_pattern` (``ESCAPE '!'``: the same literal in every SQL dialect,
 #: where a backslash is not).
@@ -37,8 +40,20 @@ def name_filter(name: object) -> str | None:
 
 
 def folded(text: str) -> str:
-    """``text`` with its case ignored, as the name filter compares it."""
-    return text.lower()
+    """``text`` with the case of A to Z ignored, as the name filter compares it
+    (the same in every driver that folds it itself: Lua's ``string.lower``)."""
+    return text.translate(_ASCII_LOWER)
+
+
+class Page(list[ListedJob]):
+    """A page of :meth:`~rainier_sync.drivers.base.Inspector.list_jobs` from a driver
+    whose name filter looks at a bounded number of jobs (Redis): it says how far
+    the filter looked. Without a filter it is simply the page."""
+
+    #: Jobs of the state looked at, from the first in the state's order.
+    looked_at: int = 0
+    #: False when the filter stopped at its bound: jobs further on were not looked at.
+    complete: bool = True
 
 
 def like_pattern(name: str) -> str:
