@@ -21,7 +21,7 @@ from ..types import (
     encode,
 )
 from .base import BaseQueue, Binding, Capabilities, Promises, QueueDriver, Waker, as_job_list
-from .paging import check_page, folded, name_filter
+from .paging import Page, check_page, folded, name_filter
 from .spec import DriverSpec, Setting, seconds
 
 if TYPE_CHECKING:
@@ -292,8 +292,9 @@ class MemoryQueue(BaseQueue):
         """A page of ``queue``'s jobs in ``state``: ``ready`` in the order a worker takes
         them (priority, then due time, then dispatch), ``delayed`` by due time,
         ``reserved`` by when their reservation lapses. ``name`` keeps the jobs whose
-        ``NAME`` contains it, ignoring case. Reads every job of the process: cheap
-        at the sizes a memory queue holds."""
+        ``NAME`` contains it, ignoring the case of A to Z, among all of them (no
+        bound). Reads every job of the process: cheap at the sizes a memory queue
+        holds."""
         state = check_page(state, offset, limit)
         needle = name_filter(name)
         wanted = folded(needle) if needle is not None else None
@@ -314,8 +315,8 @@ class MemoryQueue(BaseQueue):
                     keyed.append(((job.available_at, order.get(job.id, 0)), job))
                 else:
                     keyed.append(((job.priority, job.available_at, order.get(job.id, 0)), job))
-            page = heapq.nsmallest(offset + limit, keyed, key=lambda item: item[0])[offset:]
-            return [self._listed(job, state) for _, job in page]
+            chosen = heapq.nsmallest(offset + limit, keyed, key=lambda item: item[0])[offset:]
+            return Page(self._listed(job, state) for _, job in chosen)
 
     def find_job(self, id: str) -> ListedJob | None:
         """The stored job ``id`` (ready, delayed or reserved), or None."""

@@ -46,13 +46,18 @@ def folded(text: str) -> str:
 
 
 class Page(list[ListedJob]):
-    """A page of :meth:`~rainier_sync.drivers.base.Inspector.list_jobs` from a driver
-    whose name filter looks at a bounded number of jobs (Redis): it says how far
-    the filter looked. Without a filter it is simply the page."""
+    """A page of :meth:`~rainier_sync.drivers.base.Inspector.list_jobs` (the database and
+    Redis drivers return one): a list, which also says how far a name filter looked.
 
-    #: Jobs of the state looked at, from the first in the state's order.
-    looked_at: int = 0
-    #: False when the filter stopped at its bound: jobs further on were not looked at.
+    A name filter looks at no more than ``bound`` jobs of the state, from the
+    first in its order, so that a page costs the same with 100,000 jobs queued as
+    with 10,000; ``complete`` is False when it stopped there before the page was
+    full (jobs further on were not looked at).
+    """
+
+    #: The most jobs the name filter looked at (None: no filter, or no bound).
+    bound: int | None = None
+    #: False when the filter stopped at ``bound`` before filling the page.
     complete: bool = True
 
 

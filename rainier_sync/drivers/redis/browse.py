@@ -32,8 +32,9 @@ log = logging.getLogger("rainier_sync")
 
 #: Jobs a name filter looks at, at most, per page (from the first of the state).
 LISTING_SCAN = 10_000
-#: Jobs ``find_job`` looks at per script call (each call holds the server for about a millisecond).
-FIND_BUDGET = 5_000
+#: Jobs one script call looks at, at most (listing and ``find_job``): each call holds
+#: the server for a few milliseconds at most, and a page takes as many as it needs.
+CALL_BUDGET = 2_000
 #: The characters of an unreadable entry kept in its listing.
 _RAW_SHOWN = 4000
 
@@ -61,15 +62,18 @@ class _Browsing(_RedisCore):
         self, queue: str, state: JobState, *, name: str | None = None, offset: int = 0, limit: int = 50
     ) -> list[ListedJob]:
         """A page of ``queue``'s jobs in ``state`` (see :mod:`.browse` for what each
-        state holds), read in one script call.
+        state holds), read by a script in the server.
 
         ``name`` keeps the jobs whose ``NAME`` contains it, ignoring the case of A
         to Z. A filtered page looks at no more than :attr:`listing_scan` jobs of
         the state, from its first: the returned :class:`~rainier_sync.drivers.paging.Page`
-        has ``complete`` False when it stopped there, and ``looked_at`` says how
-        many it read. Without a filter the server skips ``offset`` jobs
-        (bands and sorted-set ranges without reading them, stream entries by
-        reading them in the server).
+        has ``complete`` False when it stopped there before the page was full
+        (it may say so too when the state holds exactly that many). Without a filter the server skips ``offset`` jobs
+        (whole bands and sorted-set ranges without reading them, stream entries
+        by reading them in the server). Each script call looks at no more than
+        :data:`CALL_BUDGET` jobs, so a page that needs more takes several calls
+        and never holds the server long; jobs that move meanwhile may be missed
+        or shown twice, as between two pages.
 
         An entry that cannot be read is listed as a stand-in (as the failed store
         would name it) with ``job.meta["unreadable"]`` saying why and
@@ -83,34 +87,45 @@ class _Browsing(_RedisCore):
         plain, ascii_ = _both(folded(needle)) if needle is not None else ("", "")
         bound = max(1, int(self.listing_scan))
         self._sync()  # this process's acknowledgements first: a job done here is listed no more
+        now = _num(_clock.now())  # one "now" for every call of the page
+        cursor: list[Any] = ["", "", ""]
+        skip, looked, items = offset, 0, list[Any]()
+        while True:
+            budget = CALL_BUDGET if needle is None else min(CALL_BUDGET, bound - looked)
+            args = (self.prefix, _GROUP, queue, state, now, skip, limit - len(items), plain, ascii_, budget, _PROMOTE)
 
-        def run() -> Any:
-            now = _num(_clock.now())
-            args: list[Any] = [self.prefix, _GROUP, queue, state, now, offset, limit, plain, bound, _PROMOTE, ascii_]
-            return self._scripts["browse"](args=args)
+            def walk(args: tuple[Any, ...] = (*args, *cursor)) -> Any:
+                return self._scripts["browse"](args=args)
 
-        reply = self._call("list_jobs", run)
-        page.looked_at, page.complete = int(reply[0]), not int(reply[1])
-        if not page.complete:
-            log.debug("queue %r: a name filter looked at the first %d %s jobs only", queue, page.looked_at, state)
-        page.extend(self._listed(queue, state, item) for item in reply[2:])
+            reply: Any = self._call("list_jobs", walk)
+            looked += int(reply[0])
+            skip, cursor = int(reply[1]), [part.decode() for part in reply[2:5]]
+            items.extend(reply[5:])
+            if len(items) >= limit or cursor[0] == "end":
+                break
+            if needle is not None and looked >= bound:
+                page.complete = False
+                log.debug("queue %r: a name filter looked at the first %d %s jobs only", queue, looked, state)
+                break
+        page.bound = bound if needle is not None else None
+        page.extend(self._listed(queue, state, item) for item in items)
         return page
 
     def find_job(self, id: str) -> ListedJob | None:
         """The job ``id`` (ready, delayed or reserved), or None. Nothing indexes jobs
         by id, so this reads each queue's reservations, delayed set and streams in
-        the server, :data:`FIND_BUDGET` jobs per script call, until it is found:
+        the server, :data:`CALL_BUDGET` jobs per script call, until it is found:
         an id that is nowhere costs a read of every job stored."""
         plain, ascii_ = _both(id)
-        needle = f'"id":"{plain}"'
-        needle2 = f'"id":"{ascii_}"' if ascii_ else ""
+        needle = f'{{"id":"{plain}"'
+        needle2 = f'{{"id":"{ascii_}"' if ascii_ else ""
         self._sync()
         for queue in self.queue_names():
             cursor = ["reserved", "", "0"]
             while True:
-                args: list[Any] = [self.prefix, _GROUP, queue, needle, *cursor, FIND_BUDGET, needle2]
+                args = (self.prefix, _GROUP, queue, needle, *cursor, CALL_BUDGET, needle2)
 
-                def look(args: list[Any] = args) -> Any:
+                def look(args: tuple[Any, ...] = args) -> Any:
                     return self._scripts["find"](args=args)
 
                 reply: Any = self._call("find_job", look)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rainier_sync.drivers.database import DatabaseQueue
+from rainier_sync.drivers.paging import Page
 from rainier_sync.types import QueuedJob
 
 from .test_unreadable import BAD, NOT_STORABLE_ON_SERVERS, good_jobs, insert_raw
@@ -85,21 +86,82 @@ def test_find_job_tells_an_id_from_one_of_another_case(db_url: str) -> None:
         queue.close()
 
 
-@pytest.mark.parametrize("filtered", [False, True], ids=["all", "by-name"])
-@pytest.mark.parametrize("state", ["ready", "delayed", "reserved"])
-def test_each_state_reads_the_claim_indexes_on_sqlite(sqlite_url: str, state: str, filtered: bool) -> None:
-    """The plan, not the speed: a page of ready jobs walks the claim's partial
-    index in its order (no sort), reserved ones the reservations' index."""
+@pytest.mark.parametrize("needle", [None, "%x%"], ids=["all", "by-name"])
+@pytest.mark.parametrize("state", ["ready", "reserved"])
+def test_a_page_is_chosen_on_the_claim_indexes_on_sqlite(sqlite_url: str, state: str, needle: str | None) -> None:
+    """The plan, not the speed: a page of ready jobs (and the edge of a name
+    filter's bound) is walked on the claim's partial index in its order, without
+    a sort; reserved ones on the reservations' index."""
     queue = DatabaseQueue.from_url(sqlite_url)
+    now = [1.0] if state == "ready" else []
+    edge = [1.0] * (3 if state == "ready" else 2) if needle else []
     try:
-        sql = queue._sql(queue._page_sql(state, filtered))  # type: ignore[arg-type]
+        page = queue._chosen(state, "default", now, None, 50, 0, needle, edge)  # type: ignore[arg-type]
+        bound = queue._chosen(state, "default", now, None, 1, 10_000)  # type: ignore[arg-type]
     finally:
         queue.close()
-    params = ["default", *([1.0] if state != "reserved" else []), *(["%x%"] if filtered else []), 50, 0]
     path = urllib.parse.urlsplit(sqlite_url).path[1:]
-    with closing(sqlite3.connect(path)) as conn:
-        plan = " | ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     index = "rainier_jobs_reserved" if state == "reserved" else "rainier_jobs_ready"
-    assert index in plan, plan
-    if state == "ready":
-        assert "TEMP B-TREE" not in plan, f"the page is sorted, not walked in index order: {plan}"
+    with closing(sqlite3.connect(path)) as conn:
+        for sql, params in (page, bound):
+            plan = [str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql.replace("%s", "?"), params)]
+            assert index in plan[0], plan
+            if state == "ready":
+                assert len(plan) == 1, f"sorted, not walked in the index's order: {plan}"
+
+
+def test_delayed_jobs_of_several_priorities_page_in_due_order(db_url: str) -> None:
+    """One ordered walk per priority, merged: the order a sort of them all would give."""
+    queue = DatabaseQueue.from_url(db_url)
+    try:
+        jobs = [
+            QueuedJob(
+                id=f"d{n}",
+                name=f"dbtest.{n % 3}",
+                queue="default",
+                payload={},
+                priority=n % 4 - 1,
+                available_at=9e9 + (n * 7919) % 101,
+            )
+            for n in range(60)
+        ]
+        queue.push_many([*jobs, QueuedJob(id="now", name="dbtest.0", queue="default", payload={}, priority=7)])
+        expected = [j.id for j in sorted(jobs, key=lambda j: (j.available_at, int(j.id[1:])))]
+        assert queue._priorities("default") == [-1, 0, 1, 2, 7]
+        whole = [e.job.id for e in queue.list_jobs("default", "delayed", limit=100)]
+        assert whole == expected
+        paged = [
+            e.job.id for start in range(0, 60, 7) for e in queue.list_jobs("default", "delayed", offset=start, limit=7)
+        ]
+        assert paged == expected
+        named = [e.job.id for e in queue.list_jobs("default", "delayed", name="test.1", offset=2, limit=5)]
+        assert named == [i for i in expected if int(i[1:]) % 3 == 1][2:7]
+        queue.listing_scan = 30
+        bounded = queue.list_jobs("default", "delayed", name="test.1", limit=100)
+        assert [e.job.id for e in bounded] == [i for i in expected[:30] if int(i[1:]) % 3 == 1]
+        assert isinstance(bounded, Page) and not bounded.complete
+    finally:
+        queue.close()
+
+
+def test_a_name_filter_looks_at_a_bounded_number_of_jobs_and_says_so(db_url: str) -> None:
+    queue = DatabaseQueue.from_url(db_url)
+    try:
+        queue.listing_scan = 10
+        queue.push_many([QueuedJob(id=f"o{n}", name="other.kind", queue="default", payload={}) for n in range(12)])
+        queue.push(QueuedJob(id="w", name="wanted.kind", queue="default", payload={}))
+
+        page = queue.list_jobs("default", "ready", name="wanted")
+        assert isinstance(page, Page) and page == [] and not page.complete and page.bound == 10
+        page = queue.list_jobs("default", "ready", name="OTHER", offset=8)
+        assert [e.job.id for e in page] == ["o8", "o9"] and not page.complete, "matches past the bound are not seen"
+        page = queue.list_jobs("default", "ready", name="other", limit=3)
+        assert len(page) == 3 and page.complete, "a full page is complete"
+
+        queue.listing_scan = 13
+        page = queue.list_jobs("default", "ready", name="wanted")
+        assert [e.job.id for e in page] == ["w"] and page.complete
+        unfiltered = queue.list_jobs("default", "ready", limit=100)
+        assert isinstance(unfiltered, Page) and len(unfiltered) == 13 and unfiltered.bound is None
+    finally:
+        queue.close()

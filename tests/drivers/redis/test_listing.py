@@ -47,9 +47,13 @@ def ids(page: list[Any]) -> list[str]:
     return [entry.job.id for entry in page]
 
 
-def test_pages_run_across_bands_and_the_due_delayed_jobs(queue: RedisQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("budget", [2, 3, 2000], ids=lambda n: f"{n}-a-call")
+def test_pages_run_across_bands_and_the_due_delayed_jobs(
+    queue: RedisQueue, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
     # A reserve moves at most _PROMOTE due jobs per call; with 3, the rest come after every band.
     monkeypatch.setattr(browse, "_PROMOTE", 3)
+    monkeypatch.setattr(browse, "CALL_BUDGET", budget)
     first = [job(priority=p) for p in (0, 2, 0, 2)]
     due = [job(priority=p, delay=5 + n) for n, p in enumerate((2, 0, 2, 0, 2))]
     queue.push_many(first + due)
@@ -63,22 +67,29 @@ def test_pages_run_across_bands_and_the_due_delayed_jobs(queue: RedisQueue, monk
             assert sum((ids(p) for p in paged), []) == ids(whole), size
         assert [e.state for e in whole] == ["ready"] * 9
         assert whole[2].job.available_at == pytest.approx(due[1].available_at)
+        kept = [e.job.id for e in queue.list_jobs("default", "ready", name="LISTED", offset=1, limit=7)]
+        assert kept == ids(whole)[1:8], "a filtered walk resumes where each call stopped"
 
 
-def test_a_name_filter_looks_at_a_bounded_number_of_jobs_and_says_so(queue: RedisQueue) -> None:
+@pytest.mark.parametrize("budget", [3, 2000], ids=lambda n: f"{n}-a-call")
+def test_a_name_filter_looks_at_a_bounded_number_of_jobs_and_says_so(
+    queue: RedisQueue, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    monkeypatch.setattr(browse, "CALL_BUDGET", budget)
     queue.listing_scan = 20
     queue.push_many([job("other.kind") for _ in range(30)] + [job("wanted.kind")])
 
     page = queue.list_jobs("default", "ready", name="wanted")
     assert isinstance(page, Page)
-    assert page == [] and not page.complete and page.looked_at == 20
+    assert page == [] and not page.complete and page.bound == 20
 
     queue.push_many([job("wanted.kind") for _ in range(3)])
     assert len(queue.list_jobs("default", "ready", name="other", limit=5)) == 5
     found = queue.list_jobs("default", "ready", name="OTHER.K", limit=5)
-    assert isinstance(found, Page) and found.complete and found.looked_at == 5, "a full page stops the walk"
+    assert isinstance(found, Page) and found.complete and found.bound == 20
     unfiltered = queue.list_jobs("default", "ready", limit=100)
     assert isinstance(unfiltered, Page) and len(unfiltered) == 34 and unfiltered.complete
+    assert unfiltered.bound is None
 
 
 def test_a_name_filter_reads_names_that_json_escapes(queue: RedisQueue) -> None:
@@ -107,12 +118,10 @@ def test_entries_nobody_can_read_are_shown_not_raised(queue: RedisQueue, redis_c
     assert delayed.job.available_at == pytest.approx(_clock.now() + 60)
 
 
-def test_find_job_looks_through_several_calls_and_past_a_lookalike(
-    queue: RedisQueue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(browse, "FIND_BUDGET", 3)
+def test_find_job_looks_through_several_calls(queue: RedisQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(browse, "CALL_BUDGET", 3)
     wanted = job(priority=4)
-    lookalike = job(priority=-1, id=wanted.id)  # its payload holds "id":"<the id>", as an envelope does
+    lookalike = job(priority=-1, id=wanted.id)  # its payload holds "id":"<the id>", its envelope does not start so
     held = [job(priority=1) for _ in range(4)]
     queue.push_many(held)
     reserved = queue.reserve_many(["default"], 4)
@@ -131,7 +140,7 @@ def test_find_job_looks_through_several_calls_and_past_a_lookalike(
     monkeypatch.setitem(queue._scripts, "find", counted)
     found = queue.find_job(wanted.id)
     assert found is not None and found.job.id == wanted.id and found.state == "ready"
-    assert calls.count(b"found") == 2 and calls.count(b"more") >= 3, "past the lookalike, three jobs a call"
+    assert calls.count(b"found") == 1 and calls.count(b"more") >= 4, "three jobs a call"
     found = queue.find_job(later[-1].id)
     assert found is not None and found.state == "delayed"
     found = queue.find_job(reserved[-1].id)

@@ -1,22 +1,22 @@
--- ARGV: prefix, group, queue, state, now, offset, limit, needle, bound, promote, needle2
--- A page of one state's jobs, read in the server so that only the page crosses
--- the wire: ``ready`` band by band, lowest first, each band's entries not yet
--- delivered to the group and then the due delayed jobs the next reserve moves
--- onto it (the first ``promote`` by due time; any more after every band);
--- ``delayed`` by due time; ``reserved`` by deadline. ``needle`` (lowered, as
--- JSON text; '' for none; ``needle2`` the same escaped as ASCII, or '') keeps
--- the jobs whose envelope NAME contains it, and then at most ``bound`` jobs are
--- looked at.
--- Returns {looked at, 1 when the bound stopped the walk, items...}, an item being
--- {'s', band, id, fields} (a stream entry), {'d', member, due} (a delayed job) or
--- {'r', band, id, deadline, fields or false} (a reservation).
+-- ARGV: prefix, group, queue, state, now, skip, want, needle, needle2, budget, promote, seg, band, pos
+-- Walks one state's jobs in order, from the cursor (seg, band, pos; all '' to
+-- start) on, looking at no more than ``budget`` of them: ``ready`` band by band,
+-- lowest first, each band's entries not yet delivered to the group ('stream')
+-- and then the due delayed jobs the next reserve moves onto it ('due': the first
+-- ``promote`` due, by due time), then any more due ones ('tail'); ``delayed`` by
+-- due time and ``reserved`` by deadline ('z'). Skips ``skip`` jobs, then takes
+-- up to ``want``. ``needle`` (lowered, as JSON text; '' for none; ``needle2`` the
+-- same escaped as ASCII, or '') keeps only the jobs whose envelope NAME contains it.
+-- Returns {looked at, skip left, seg, band, pos, items...}, seg 'end' once the
+-- state has no more; an item is {'s', band, id, fields} (a stream entry),
+-- {'d', member, due} (a delayed job) or {'r', band, id, deadline, fields or false}.
 local P, group, q, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local now, skip, limit = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local needle, bound, promote, needle2 = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local now, skip, want = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local needle, needle2, budget, promote = ARGV[8], ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11])
+local seg, band, pos = ARGV[12], ARGV[13], ARGV[14]
 local base = P .. q .. ':'
 local filtered = needle ~= ''
-local chunk = 500
-local out, looked, stopped = {}, 0, 0
+local out, looked, stop = {}, 0, false
 
 local function name_of(body)
   local s = string.find(body, '"name":"', 1, true)
@@ -42,6 +42,9 @@ local function name_of(body)
 end
 
 local function body_of(fields)
+  if fields[1] == 'j' then
+    return fields[2]
+  end
   for k = 1, #fields, 2 do
     if fields[k] == 'j' then
       return fields[k + 1]
@@ -50,46 +53,52 @@ local function body_of(fields)
   return ''
 end
 
--- Offer one job to the page; true once the walk is over (page full, or the bound met).
+local function envelope_of(member)
+  return string.match(member, '^-?%d+|%d+|(.*)$') or member
+end
+
+-- One job of the walk (``body`` read only when filtered); true once the walk stops here.
 local function offer(item, body)
   looked = looked + 1
+  local keep = true
   if filtered then
-    local name = name_of(body)
-    local hit = name and (string.find(name, needle, 1, true) or (needle2 ~= '' and string.find(name, needle2, 1, true)))
-    if not hit then
-      if looked >= bound then
-        stopped = 1
-        return true
-      end
-      return false
+    local name = name_of(body())
+    keep = name and (string.find(name, needle, 1, true) or (needle2 ~= '' and string.find(name, needle2, 1, true)))
+  end
+  if keep then
+    if skip > 0 then
+      skip = skip - 1
+    else
+      out[#out + 1] = item
     end
   end
-  if skip > 0 then
-    skip = skip - 1
-  else
-    out[#out + 1] = item
-  end
-  if #out >= limit then
-    return true
-  end
-  if filtered and looked >= bound then
-    stopped = 1
-    return true
-  end
-  return false
+  stop = #out >= want or looked >= budget
+  return stop
 end
 
--- How many to fetch next: the rest of the page (and what is skipped) unfiltered, a chunk filtered.
-local function wanted()
-  if filtered then
-    return math.min(chunk, bound - looked)
+-- How many to fetch next.
+local function size()
+  local n = math.min(500, budget - looked)
+  if not filtered then
+    n = math.min(n, skip + want - #out)
   end
-  return skip + limit - #out
+  return n
 end
 
-local function walk_stream(band, count)
-  local stream = base .. 'ready:' .. band
-  local from = '-'
+local function id_before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if tonumber(am) ~= tonumber(bm) then
+    return tonumber(am) < tonumber(bm)
+  end
+  return tonumber(as) < tonumber(bs)
+end
+
+-- A band's entries not yet delivered, after ``after`` (an entry id) when given.
+local function walk_stream(b, after)
+  seg, band, pos = 'stream', b, after
+  local stream = base .. 'ready:' .. b
+  local delivered, pending = nil, 0
   local groups = redis.pcall('XINFO', 'GROUPS', stream)
   if type(groups) == 'table' and not groups.err then
     for _, g in ipairs(groups) do
@@ -98,124 +107,149 @@ local function walk_stream(band, count)
         info[g[k]] = g[k + 1]
       end
       if info['name'] == group then
-        from = '(' .. info['last-delivered-id']
-        count = count - info['pending']
+        delivered, pending = info['last-delivered-id'], info['pending']
       end
     end
   end
-  if not filtered and skip >= count then
-    skip = skip - math.max(0, count)
-    return false
+  local from = delivered and ('(' .. delivered) or '-'
+  if after ~= '' and (not delivered or id_before(delivered, after)) then
+    from = '(' .. after
+  end
+  if after == '' and not filtered then
+    local count = redis.call('XLEN', stream) - pending
+    if skip >= count then
+      skip = skip - math.max(0, count)
+      return
+    end
   end
   while true do
-    local want = wanted()
-    local got = redis.call('XRANGE', stream, from, '+', 'COUNT', want)
+    local n = size()
+    local got = redis.call('XRANGE', stream, from, '+', 'COUNT', n)
     for _, e in ipairs(got) do
-      if offer({'s', band, e[1], e[2]}, filtered and body_of(e[2]) or '') then
-        return true
+      pos = e[1]
+      if offer({'s', b, e[1], e[2]}, function() return body_of(e[2]) end) then
+        return
       end
     end
-    if #got < want then
-      return false
+    if #got < n then
+      return
     end
     from = '(' .. got[#got][1]
   end
 end
 
-local function walk_list(members)
-  for _, m in ipairs(members) do
-    if offer({'d', m[1], m[2]}, filtered and string.match(m[1], '^-?%d+|%d+|(.*)$') or m[1]) then
-      return true
+-- The due delayed jobs of a band, from the ``first``'th on.
+local function walk_due(b, list, first)
+  seg, band, pos = 'due', b, tostring(first)
+  if not filtered and skip >= #list - first then
+    skip = skip - math.max(0, #list - first)
+    pos = tostring(#list)
+    return
+  end
+  for i = first + 1, #list do
+    pos = tostring(i)
+    local member = list[i][1]
+    if offer({'d', member, list[i][2]}, function() return envelope_of(member) end) then
+      return
     end
   end
-  return false
 end
 
--- The members of ``key`` scored from ``min`` to ``max``, from the ``first``'th on;
--- ``each(member, score)`` offers one and says whether the walk is over.
-local function walk_zset(key, min, max, first, each)
+-- The members of ``key`` scored from ``min`` to ``max``, from the ``first``'th on.
+local function walk_zset(name, key, min, max, first, item)
+  seg, band, pos = name, '', tostring(first)
   if not filtered then
     local count = redis.call('ZCOUNT', key, min, max) - first
     if skip >= count then
       skip = skip - math.max(0, count)
-      return false
+      pos = tostring(first + math.max(0, count))
+      return
     end
     first = first + skip
     skip = 0
   end
   while true do
-    local want = wanted()
-    local got = redis.call('ZRANGEBYSCORE', key, min, max, 'WITHSCORES', 'LIMIT', first, want)
+    local n = size()
+    local got = redis.call('ZRANGEBYSCORE', key, min, max, 'WITHSCORES', 'LIMIT', first, n)
     for k = 1, #got, 2 do
-      if each(got[k], got[k + 1]) then
-        return true
+      first = first + 1
+      pos = tostring(first)
+      if item(got[k], got[k + 1]) then
+        return
       end
     end
-    if #got / 2 < want then
-      return false
+    if #got / 2 < n then
+      return
     end
-    first = first + want
   end
 end
 
 local function delayed_job(member, due)
-  return offer({'d', member, due}, filtered and string.match(member, '^-?%d+|%d+|(.*)$') or member)
+  return offer({'d', member, due}, function() return envelope_of(member) end)
 end
 
-if limit <= 0 then
-  return {0, 0}
+local function reservation(member, deadline)
+  local b, id = string.match(member, '^(-?%d+)|(%S+)')
+  local found = b and redis.call('XRANGE', base .. 'ready:' .. b, id, id) or {}
+  local fields = found[1] and found[1][2] or false
+  return offer({'r', b or '0', id or member, deadline, fields}, function() return fields and body_of(fields) or '' end)
 end
 
-if state == 'ready' then
-  local due = redis.call('ZRANGEBYSCORE', base .. 'delayed', '-inf', now, 'WITHSCORES', 'LIMIT', 0, promote)
-  local by_band, bands, numbers = {}, {}, {}
-  for _, band in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
-    by_band[band] = {}
-    bands[#bands + 1] = band
-  end
-  for k = 1, #due, 2 do
-    local band = string.match(due[k], '^(-?%d+)|%d+|') or '0'
-    if not by_band[band] then
-      by_band[band] = {}
-      bands[#bands + 1] = band
+if want > 0 and budget > 0 then
+  if state == 'ready' then
+    local due = redis.call('ZRANGEBYSCORE', base .. 'delayed', '-inf', now, 'WITHSCORES', 'LIMIT', 0, promote)
+    local by_band, bands, numbers = {}, {}, {}
+    for _, b in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
+      by_band[b] = {}
+      bands[#bands + 1] = b
     end
-    local list = by_band[band]
-    list[#list + 1] = {due[k], due[k + 1]}
-  end
-  for _, band in ipairs(bands) do
-    numbers[band] = tonumber(band)
-  end
-  table.sort(bands, function(a, b) return numbers[a] < numbers[b] end)
-  local over = false
-  for _, band in ipairs(bands) do
-    local list = by_band[band]
-    over = walk_stream(band, redis.call('XLEN', base .. 'ready:' .. band))
-    if over then
-      break
+    for k = 1, #due, 2 do
+      local b = string.match(due[k], '^(-?%d+)|%d+|') or '0'
+      if not by_band[b] then
+        by_band[b] = {}
+        bands[#bands + 1] = b
+      end
+      local list = by_band[b]
+      list[#list + 1] = {due[k], due[k + 1]}
     end
-    if not filtered and skip >= #list then
-      skip = skip - #list
-    else
-      over = walk_list(list)
-      if over then
+    for _, b in ipairs(bands) do
+      numbers[b] = tonumber(b)
+    end
+    table.sort(bands, function(x, y) return numbers[x] < numbers[y] end)
+    local from_seg, from_band, from_pos = seg, tonumber(band), pos
+    for _, b in ipairs(bands) do
+      if stop or from_seg == 'tail' then
         break
       end
+      if from_seg == '' or numbers[b] > from_band then
+        walk_stream(b, '')
+        if not stop then
+          walk_due(b, by_band[b], 0)
+        end
+      elseif numbers[b] == from_band then
+        if from_seg == 'stream' then
+          walk_stream(b, from_pos)
+          if not stop then
+            walk_due(b, by_band[b], 0)
+          end
+        else
+          walk_due(b, by_band[b], tonumber(from_pos))
+        end
+      end
     end
+    if not stop and #due / 2 >= promote then
+      walk_zset('tail', base .. 'delayed', '-inf', now, from_seg == 'tail' and tonumber(from_pos) or promote, delayed_job)
+    end
+  elseif state == 'delayed' then
+    walk_zset('z', base .. 'delayed', '(' .. now, '+inf', seg == 'z' and tonumber(pos) or 0, delayed_job)
+  else
+    walk_zset('z', base .. 'reserved', '-inf', '+inf', seg == 'z' and tonumber(pos) or 0, reservation)
   end
-  if not over and #due / 2 >= promote then
-    walk_zset(base .. 'delayed', '-inf', now, promote, delayed_job)
+  if not stop then
+    seg, band, pos = 'end', '', ''
   end
-elseif state == 'delayed' then
-  walk_zset(base .. 'delayed', '(' .. now, '+inf', 0, delayed_job)
-else
-  walk_zset(base .. 'reserved', '-inf', '+inf', 0, function(member, deadline)
-    local band, id = string.match(member, '^(-?%d+)|(%S+)')
-    local found = band and redis.call('XRANGE', base .. 'ready:' .. band, id, id) or {}
-    local fields = found[1] and found[1][2] or false
-    return offer({'r', band or '0', id or member, deadline, fields}, filtered and fields and body_of(fields) or '')
-  end)
 end
-local reply = {looked, stopped}
+local reply = {looked, skip, seg, band, pos}
 for _, item in ipairs(out) do
   reply[#reply + 1] = item
 end

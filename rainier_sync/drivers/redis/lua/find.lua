@@ -1,9 +1,9 @@
 -- ARGV: prefix, group, queue, needle, phase, band, pos, budget, needle2
 -- Look for a job by id, at most ``budget`` jobs per call: the reservations, then
 -- the delayed set, then each band's entries not yet delivered (``phase`` and
--- ``band``, ``pos`` say where the last call stopped). ``needle`` is the id as its
--- envelope spells it ('"id":"..."'; ``needle2`` as ASCII JSON spells it, or ''); a
--- hit is a candidate the client reads.
+-- ``band``, ``pos`` say where the last call stopped). ``needle`` is how an
+-- envelope of that id starts ('{"id":"..."', as the driver writes them;
+-- ``needle2`` as ASCII JSON spells it, or ''); a hit is a candidate the client reads.
 -- Returns {'found', phase, band, pos, item} (item as browse.lua gives it, pos
 -- past it), {'more', phase, band, pos}, or {'end'}.
 local P, group, q, needle = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -12,8 +12,19 @@ local base = P .. q .. ':'
 local chunk = 500
 local looked = 0
 
-local function has(text)
-  return string.find(text, needle, 1, true) or (needle2 ~= '' and string.find(text, needle2, 1, true))
+-- Whether ``text`` holds an envelope of that id from its ``at``'th character on.
+local function has(text, at)
+  if string.sub(text, at, at + #needle - 1) == needle then
+    return true
+  end
+  return needle2 ~= '' and string.sub(text, at, at + #needle2 - 1) == needle2
+end
+
+-- Where the envelope starts in a delayed member ("band|attempts|envelope").
+local function envelope_at(member)
+  local first = string.find(member, '|', 1, true)
+  local second = first and string.find(member, '|', first + 1, true)
+  return second and second + 1 or 1
 end
 
 local function body_of(fields)
@@ -37,10 +48,10 @@ if phase == 'reserved' or phase == 'delayed' then
       if phase == 'reserved' then
         local b, id = string.match(member, '^(-?%d+)|(%S+)')
         local found = b and redis.call('XRANGE', base .. 'ready:' .. b, id, id) or {}
-        if found[1] and has(body_of(found[1][2])) then
+        if found[1] and has(body_of(found[1][2]), 1) then
           return {'found', phase, '', tostring(first), {'r', b, id, score, found[1][2]}}
         end
-      elseif has(member) then
+      elseif has(member, envelope_at(member)) then
         return {'found', phase, '', tostring(first), {'d', member, score}}
       end
     end
@@ -94,7 +105,7 @@ while true do
     for _, e in ipairs(got) do
       looked = looked + 1
       pos = '(' .. e[1]
-      if has(body_of(e[2])) then
+      if has(body_of(e[2]), 1) then
         return {'found', 'stream', band, pos, {'s', band, e[1], e[2]}}
       end
     end
