@@ -288,7 +288,7 @@ class MemoryQueue(BaseQueue):
 
     def list_jobs(
         self, queue: str, state: JobState, *, name: str | None = None, offset: int = 0, limit: int = 50
-    ) -> list[ListedJob]:
+    ) -> Page:
         """A page of ``queue``'s jobs in ``state``: ``ready`` in the order a worker takes
         them (priority, then due time, then dispatch), ``delayed`` by due time,
         ``reserved`` by when their reservation lapses. ``name`` keeps the jobs whose

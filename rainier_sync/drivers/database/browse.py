@@ -75,7 +75,7 @@ class Browsing(Claims):
 
     def list_jobs(
         self, queue: str, state: JobState, *, name: str | None = None, offset: int = 0, limit: int = 50
-    ) -> list[ListedJob]:
+    ) -> Page:
         """A page of ``queue``'s jobs in ``state``, by "now" on the Python clock:
         ``ready`` (due, not reserved) in the claim's order (priority, due time,
         then dispatch), ``delayed`` (due later) by due time, ``reserved`` by when

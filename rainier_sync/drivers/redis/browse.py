@@ -60,7 +60,7 @@ class _Browsing(_RedisCore):
 
     def list_jobs(
         self, queue: str, state: JobState, *, name: str | None = None, offset: int = 0, limit: int = 50
-    ) -> list[ListedJob]:
+    ) -> Page:
         """A page of ``queue``'s jobs in ``state`` (see :mod:`.browse` for what each
         state holds), read by a script in the server.
 
