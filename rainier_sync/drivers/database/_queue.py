@@ -1,6 +1,7 @@
 """``DatabaseQueue`` over SQLite, PostgreSQL and MariaDB/MySQL: the producer
 side and inspection here, the rest composed from :mod:`.claims` (the consumer
-side), :mod:`.failed` (the failed store) and :mod:`.listen` (idle waits)."""
+side), :mod:`.failed` (the failed store), :mod:`.listen` (idle waits) and
+:mod:`.browse` (listing the jobs stored)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ... import _clock
 from ...errors import PayloadError
 from ...types import QueueCounts, QueuedJob
 from ._schema import FAILED, JOBS, MIGRATION_LIST, Migration, migrate
+from .browse import Browsing
 from .caller import caller_connection
 from .claims import Claims
 from .dialects import job_row
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from ...locks.database import DatabaseLockStore
 
 
-class DatabaseQueue(Claims, FailedTable, Waiting):
+class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
     """Jobs in a table of the application's own database: SQLite (the embedded
     default), PostgreSQL (psycopg 3) or MariaDB/MySQL (PyMySQL).
 
