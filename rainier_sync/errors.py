@@ -26,6 +26,8 @@ RainierError
 
 from __future__ import annotations
 
+from typing import Iterable
+
 __all__ = [
     "RainierError",
     "JobDefinitionError",
@@ -117,13 +119,17 @@ class SqsBatchError(RainierError):
     """Some entries of a batch call failed even after retrying.
 
     ``done`` lists the job ids that went through, ``failed`` maps each job id
-    that did not to SQS's reason.
+    that did not to SQS's reason, and ``sender_fault`` holds those of them SQS
+    called the sender's fault (sent again, they fail again).
     """
 
-    def __init__(self, operation: str, done: list[str], failed: dict[str, str]) -> None:
+    def __init__(
+        self, operation: str, done: list[str], failed: dict[str, str], *, sender_fault: Iterable[str] = ()
+    ) -> None:
         self.operation = operation
         self.done = done
         self.failed = failed
+        self.sender_fault = frozenset(sender_fault)
         reasons = "; ".join(f"{job_id}: {reason}" for job_id, reason in list(failed.items())[:5])
         more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
         super().__init__(

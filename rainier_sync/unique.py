@@ -1,18 +1,21 @@
 """Unique jobs' locks as a dispatch takes them: at dispatch for every driver
-(:func:`admit`), given back after a failed push (:func:`release`), and, for a
-dispatch that went through the outbox, when the relay publishes it
-(:func:`admit_relayed`)."""
+(:func:`admit`; in the caller's transaction where the driver writes there and
+the lock store is in that database, :func:`admit_within`), given back after a
+failed push (:func:`release`), and, for a dispatch that went through the
+outbox, when the relay publishes it (:func:`admit_relayed`), or given back
+when its connection refused it (:func:`release_relayed`)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:
+    from .drivers.base import BaseQueue
     from .locks.base import LockStore
     from .types import QueuedJob
 
-__all__ = ["admit", "release", "admit_relayed", "unguarded"]
+__all__ = ["admit", "admit_within", "release", "release_within", "admit_relayed", "release_relayed", "unguarded"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -46,6 +49,41 @@ def admit(
     return to_push
 
 
+def admit_within(
+    locks: LockStore | None,
+    driver: BaseQueue,
+    within: Any,
+    jobs: Iterable[QueuedJob],
+    ids: list[str | None],
+    locked: list[QueuedJob],
+    held: list[tuple[str, str]],
+) -> list[QueuedJob]:
+    """:func:`admit` for a dispatch within the caller's transaction to a driver
+    that writes there: where the driver can (the lock store is in that database,
+    :meth:`~rainier_sync.drivers.base.Producer.lock_within`), the unique locks are
+    taken in the caller's transaction and appended to ``held``; elsewhere in the
+    lock store, as :func:`admit` does."""
+    jobs = list(jobs)
+    unique = [job for job in jobs if job.unique_key is not None]
+    if locks is None or not unique:
+        return admit(locks, jobs, ids, locked)
+    wanted = [(job.unique_key or "", job.unique_owner or "", job.unique_for or 3600.0) for job in unique]
+    took = driver.lock_within(within, wanted)
+    if took is None:
+        return admit(locks, jobs, ids, locked)
+    taken = {id(job): ok for job, ok in zip(unique, took, strict=True)}
+    to_push: list[QueuedJob] = []
+    for job in jobs:
+        if job.unique_key is not None:
+            if not taken[id(job)]:
+                ids.append(None)
+                continue
+            held.append((job.unique_key, job.unique_owner or ""))
+        ids.append(job.id)
+        to_push.append(job)
+    return to_push
+
+
 def release(locks: LockStore | None, locked: list[QueuedJob]) -> None:
     """After a failed push: the unique locks its jobs took."""
     if locks is None:
@@ -55,6 +93,14 @@ def release(locks: LockStore | None, locked: list[QueuedJob]) -> None:
             locks.release(job.unique_key or "", job.unique_owner or "")
         except Exception:  # noqa: BLE001 - the push error is the one to raise
             log.exception("could not release unique lock %s after a failed push", job.unique_key)
+
+
+def release_within(driver: BaseQueue, within: Any, held: list[tuple[str, str]]) -> None:
+    """After a failed ``push_within``: the locks :func:`admit_within` took in the caller's transaction."""
+    try:
+        driver.unlock_within(within, held)
+    except Exception:  # noqa: BLE001 - the push error is the one to raise; a rollback takes them too
+        log.exception("could not give back unique locks %s after a failed push", ", ".join(key for key, _ in held))
 
 
 def admit_relayed(locks: LockStore, jobs: Sequence[QueuedJob]) -> set[int]:
@@ -88,6 +134,23 @@ def admit_relayed(locks: LockStore, jobs: Sequence[QueuedJob]) -> set[int]:
             dropped.add(index)
             log.info("outbox: unique job %s (%s) dropped: a copy of it is queued, running or has run", job.id, key)
     return dropped
+
+
+def release_relayed(locks: LockStore | None, jobs: Iterable[QueuedJob]) -> None:
+    """Jobs a relay took from the outbox and then set aside (their connection
+    refused them): their locks and marks go, so the next dispatch of such a job
+    is not dropped as the duplicate of one that exists nowhere."""
+    if locks is None:
+        return
+    for job in jobs:
+        if job.unique_key is None:
+            continue
+        owner = job.unique_owner or ""
+        try:
+            locks.release(job.unique_key, owner)
+            locks.release(RELAYED + job.id, owner)
+        except Exception:  # noqa: BLE001 - the row is set aside either way; the lock lapses in time
+            log.exception("could not release unique lock %s of a job set aside in the outbox", job.unique_key)
 
 
 def _acquire(locks: LockStore, wanted: Sequence[tuple[str, str, float]]) -> list[bool]:

@@ -154,13 +154,27 @@ def _refuse(driver: Any, capability: str, what: str) -> CapabilityError:
 class Producer(ABC):
     """The producer side of the port: storing jobs."""
 
+    #: The most jobs of one queue a ``push_many`` stores all or none of, for a driver
+    #: whose failed ``push_many`` cannot say which went through (:mod:`.pushed`);
+    #: None: any number, or its errors say. The outbox's relay pushes no more at a time.
+    atomic_batch: int | None = None
+
     @abstractmethod
     def push(self, job: QueuedJob) -> str:
         """Store one job; returns its id."""
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
-        """Store several jobs, in one round trip where the backend allows."""
+        """Store several jobs, in one round trip where the backend allows. One that
+        raises after storing some of them says which on the exception
+        (:func:`~rainier_sync.drivers.pushed.tell_pushed`)."""
         return [self.push(job) for job in jobs]
+
+    def check(self, job: QueuedJob) -> None:
+        """Raise what ``push`` would raise for ``job`` for good, storing nothing:
+        :class:`~rainier_sync.errors.PayloadError` for a job this backend can never
+        take, :class:`~rainier_sync.errors.UnknownQueueError` for a queue it has no
+        place for. ``push`` runs the same checks; the outbox runs them at dispatch,
+        before the caller's transaction commits. The default accepts."""
 
     def push_stream(self, slices: Iterator[Sequence[QueuedJob]]) -> None:
         """Store the jobs of ``slices`` while later slices are still being built
@@ -171,6 +185,18 @@ class Producer(ABC):
         """Write ``jobs`` on the caller's open connection, in its transaction
         (``Capabilities.transactional_dispatch``)."""
         raise _refuse(self, "transactional_dispatch", "dispatch within a caller's transaction")
+
+    def lock_within(self, connection: Any, wanted: Sequence[tuple[str, str, float]]) -> list[bool] | None:
+        """Take unique locks ``(key, owner, ttl)`` in the caller's transaction on
+        ``connection`` (before ``push_within``), where the manager's lock store
+        keeps them in this same database: a rollback takes them back with the
+        jobs. Which were taken; None when this driver cannot (the lock store is
+        elsewhere), and the manager takes them in the lock store itself."""
+        return None
+
+    def unlock_within(self, connection: Any, held: Sequence[tuple[str, str]]) -> None:
+        """Give back, in the caller's transaction, ``(key, owner)`` locks
+        :meth:`lock_within` took, after a ``push_within`` that failed."""
 
 
 class Consumer(ABC):

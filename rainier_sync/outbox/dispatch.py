@@ -27,8 +27,9 @@ class Dispatching(Protocol):
 
     def _keeps(self, jobs: list[QueuedJob]) -> bool: ...
 
-__all__ = ["Dispatching", "check_outbox", "send_through_outbox"]
+__all__ = ["Dispatching", "check_outbox", "relayable", "send_through_outbox"]
 
+_ELSEWHERE = "a relay in another process (outbox:relay) would publish its jobs into its own memory"
 _DECLARE = (
     "QueueManager(..., outbox=Outbox.from_url(<the database URL of the connection you pass to within()>)), "
     "or outbox = true on the connection in the queues configuration"
@@ -56,6 +57,19 @@ def check_outbox(outbox: Outbox, connections: dict[str, BaseQueue]) -> None:
                 f"{outbox.describe()} names connection {name!r} ({driver.kind}), which runs a job inside dispatch: "
                 "there is nothing to relay it to"
             )
+        if not driver.promises.survives_a_restart:
+            raise ConfigurationError(
+                f"{outbox.describe()} names connection {name!r} ({driver.kind}), whose jobs live in one process's "
+                f"memory: {_ELSEWHERE}"
+            )
+
+
+def relayable(driver: BaseQueue) -> bool:
+    """Whether a relay publishes to ``driver``: it cannot write in the caller's
+    transaction itself, keeps its jobs for a worker, and keeps them outside
+    the relay's own process."""
+    promises = driver.promises
+    return not driver.capabilities.transactional_dispatch and promises.deferred and promises.survives_a_restart
 
 
 def send_through_outbox(
@@ -63,6 +77,8 @@ def send_through_outbox(
 ) -> list[str | None]:
     """Write ``jobs`` for connection ``name`` into the manager's outbox on the
     caller's connection ``within``, in its transaction; ids as ``dispatch`` gives them.
+    First the connection's own checks (:meth:`~rainier_sync.drivers.base.Producer.check`):
+    a job it would refuse raises here, before the caller commits.
 
     A unique job takes its lock when the relay publishes it, so a rolled-back
     transaction leaves no lock behind; one whose lock is held now (a copy is
@@ -73,6 +89,11 @@ def send_through_outbox(
         raise TypeError(
             f"connection {name!r} ({driver.kind}) runs a job inside dispatch, so it cannot dispatch within a "
             "caller's transaction: the job would run before the transaction commits"
+        )
+    if not driver.promises.survives_a_restart:
+        raise ConfigurationError(
+            f"connection {name!r} ({driver.kind}) keeps its jobs in this process's memory, so it cannot take them "
+            f"through the outbox: {_ELSEWHERE}"
         )
     if outbox is None:
         raise ConfigurationError(
@@ -87,6 +108,8 @@ def send_through_outbox(
         )
     if manager.registry.keeping_results():
         manager._keeps(jobs)  # refuses KEEP_RESULT without a lock store, before anything is written
+    for job in jobs:
+        driver.check(job)  # what a direct dispatch would refuse, refused before the caller commits
     locks = manager.locks
     ids: list[str | None] = []
     to_write: list[QueuedJob] = []

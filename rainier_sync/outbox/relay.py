@@ -17,14 +17,14 @@ import signal
 import threading
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _clock, signals
 from ..drivers.base import Waker
-from ..errors import ConfigurationError, PayloadError, QueueUnavailableError, UnknownQueueError
+from ..errors import ConfigurationError, QueueUnavailableError
 from ..types import ExceptionInfo, QueuedJob
-from ..unique import admit_relayed
-from .store import Row
+from .dispatch import relayable
+from .publish import Publishing, describe_rows
 
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
@@ -37,9 +37,6 @@ log = logging.getLogger("rainier_sync")
 
 #: Rows a relay takes, publishes and deletes at a time (the default).
 BATCH = 500
-#: What a connection raises for a job it will never take, as opposed to an outage:
-#: such a row is set aside, so it never holds up the rows behind it.
-_REFUSALS = (PayloadError, UnknownQueueError)
 
 
 @dataclass
@@ -53,7 +50,7 @@ class RelayStats:
     refused: int = 0
 
 
-class Relay:
+class Relay(Publishing):
     """Publishes the committed rows of ``manager``'s outbox (or ``outbox``) with
     ``push_many`` on their connections, ``batch`` rows at a time, oldest first,
     and deletes them.
@@ -62,12 +59,13 @@ class Relay:
     :meth:`install_signal_handlers`), waking on the outbox's ``NOTIFY`` on
     PostgreSQL and polling every ``sleep`` seconds elsewhere (and behind a
     pooler: ``listen=false``); :meth:`run_once` relays what is there and
-    returns; :meth:`start` runs it in a thread. A connection that fails is
-    rested with a growing pause while the others go on; a job its connection
-    refuses (:class:`~rainier_sync.errors.PayloadError`, or
-    :class:`~rainier_sync.errors.UnknownQueueError` for a queue it has no
-    place for) is set aside in the outbox with the reason, so it never holds
-    up the rows behind it.
+    returns; :meth:`start` runs it in a thread. A connection that is down
+    (:class:`~rainier_sync.errors.QueueUnavailableError`) is rested with a
+    growing pause while the others go on, its rows kept; a job its connection
+    refuses (any other error, the job pushed on its own) is set aside in the
+    outbox with the reason, so it never holds up the rows behind it
+    (:meth:`Outbox.refused`, :meth:`Outbox.retry_refused`). A manager none of
+    whose connections a relay can publish to is refused here.
     """
 
     def __init__(
@@ -89,10 +87,16 @@ class Relay:
         self.sleep = max(float(sleep), 0.01)
         #: The connections this relay publishes to: those the outbox takes jobs for.
         self.connections = [
-            name
-            for name, driver in manager.connections.items()
-            if outbox.covers(name) and not driver.capabilities.transactional_dispatch and driver.promises.deferred
+            name for name, driver in manager.connections.items() if outbox.covers(name) and relayable(driver)
         ]
+        if not self.connections:
+            declared = ", ".join(f"{name} ({driver.kind})" for name, driver in manager.connections.items()) or "none"
+            raise ConfigurationError(
+                f"the outbox relay has no connection to publish to: {outbox.describe()} takes jobs for "
+                f"{', '.join(sorted(outbox.connections)) if outbox.connections is not None else 'every connection'} "
+                f"that needs it, and none of the manager's does (declared: {declared}); a relay publishes to Redis, "
+                "SQS and Kafka connections"
+            )
         self.stats = RelayStats()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -108,13 +112,18 @@ class Relay:
     # -- running -----------------------------------------------------------------------------
     def run_once(self) -> int:
         """Relay what is committed now (batch after batch), then return how many
-        rows were relayed. A connection that failed raises
-        :class:`~rainier_sync.errors.QueueUnavailableError` at the end (its rows stay)."""
+        rows were relayed. A connection that was down raises
+        :class:`~rainier_sync.errors.QueueUnavailableError` at the end, naming
+        the rows that stay; a job a connection refused is set aside, not raised."""
         self._look()
         before = self.stats.relayed
         self._failed_now = []
         while not self._stopping:
-            taken = self._pass()
+            try:
+                taken = self._pass()
+            except Exception as exc:
+                self._report("outbox", "relay", exc)
+                raise
             if taken < self.batch or self._failed_now:
                 break
         if self._failed_now:
@@ -191,97 +200,24 @@ class Relay:
         names = [name for name in self.connections if self._resting.get(name, 0.0) <= now]
         return self.outbox.relay_batch(self.batch, names, self._publish)
 
-    def _publish(self, rows: list[Row]) -> tuple[list[int], dict[int, str]]:
-        """Publish ``rows``: each connection's jobs in one ``push_many``, in order."""
-        done: list[int] = []
-        refused: dict[int, str] = {}
-        groups: dict[str, list[tuple[int, QueuedJob]]] = {}
-        for seq, name, body in rows:
-            try:
-                job = QueuedJob.decode(body, connection=name)
-            except PayloadError as exc:
-                refused[seq] = f"unreadable: {exc}"
-                continue
-            groups.setdefault(name, []).append((seq, job))
-        for name, items in groups.items():
-            driver = self.manager.connection(name)
-            try:
-                items = self._admit(items, done)
-            except Exception as exc:  # noqa: BLE001 - the lock store failed: these rows wait
-                self._failed(name, driver, "relay (unique locks)", exc, len(items))
-                continue
-            if items:
-                self._push(name, driver, items, done, refused)
-        for seq, why in refused.items():
-            log.error("outbox row %d was refused and set aside in %s: %s", seq, self.outbox.describe(), why)
-        self.stats.refused += len(refused)
-        return done, refused
-
-    def _push(
-        self, name: str, driver: BaseQueue, items: list[tuple[int, QueuedJob]], done: list[int], refused: dict[int, str]
-    ) -> None:
-        jobs = [job for _, job in items]
-        manager = self.manager
-        try:
-            if manager.registry.keeping_results() and manager._keeps(jobs):
-                manager._mark_pending(jobs)
-            if len(jobs) == 1:
-                driver.push(jobs[0])
-            else:
-                driver.push_many(jobs)
-        except _REFUSALS:
-            self._push_each(name, driver, items, done, refused)
-            return
-        except Exception as exc:  # noqa: BLE001 - reported; these rows wait for the next pass
-            self._failed(name, driver, "relay", exc, len(jobs))
-            return
-        done.extend(seq for seq, _ in items)
-        self.stats.relayed += len(items)
-        self._recovered(name)
-
-    def _push_each(
-        self, name: str, driver: BaseQueue, items: list[tuple[int, QueuedJob]], done: list[int], refused: dict[int, str]
-    ) -> None:
-        """A batch its connection refused: one at a time, setting aside each job refused."""
-        for index, (seq, job) in enumerate(items):
-            try:
-                driver.push(job)
-            except _REFUSALS as exc:
-                refused[seq] = f"connection {name!r} ({driver.kind}) refused it: {exc}"
-                continue
-            except Exception as exc:  # noqa: BLE001 - reported; the rest wait for the next pass
-                self._failed(name, driver, "relay", exc, len(items) - index)
-                return
-            done.append(seq)
-            self.stats.relayed += 1
-        self._recovered(name)
-
-    def _admit(self, items: list[tuple[int, QueuedJob]], done: list[int]) -> list[tuple[int, QueuedJob]]:
-        """The rows to publish: unique jobs take their locks (see
-        :func:`~rainier_sync.unique.admit_relayed`); each duplicate dropped has its
-        ``seq`` put in ``done``, so its row is deleted."""
-        locks = self.manager.locks
-        if locks is None:
-            return items
-        dropped = admit_relayed(locks, [job for _, job in items])
-        if not dropped:
-            return items
-        self.stats.duplicates += len(dropped)
-        done.extend(items[index][0] for index in sorted(dropped))
-        return [item for index, item in enumerate(items) if index not in dropped]
-
     # -- failures ----------------------------------------------------------------------------
-    def _failed(self, name: str, driver: BaseQueue, operation: str, exc: BaseException, rows: int) -> None:
-        """A connection could not take its jobs: rest it (longer each time), report it."""
+    def _failed(
+        self, name: str, driver: BaseQueue, operation: str, exc: BaseException, items: Sequence[tuple[int, QueuedJob]]
+    ) -> None:
+        """A connection could not take its jobs (an outage): rest it (longer each time), report it."""
         failures = self._failures[name] = self._failures.get(name, 0) + 1
         pause = min(0.1 * 2 ** min(failures, 6), 5.0)
         self._resting[name] = _clock.monotonic() + pause
-        self._failed_now.append(f"connection {name!r} ({driver.describe()}) did not take {rows} job(s): {exc}")
+        rows = describe_rows(items)
+        self._failed_now.append(
+            f"connection {name!r} ({driver.describe()}) did not take {len(items)} job(s) ({rows}): {exc}"
+        )
         log.warning(
-            "outbox relay: connection %r (%s) did not take %d job(s), which stay in the outbox (trying again in "
-            "%.1fs): %s",
+            "outbox relay: connection %r (%s) did not take %d job(s) (%s), which stay in the outbox (trying again "
+            "in %.1fs): %s",
             name,
             driver.kind,
+            len(items),
             rows,
             pause,
             exc,
@@ -310,7 +246,7 @@ class Relay:
         publish to, and rows set aside as refused."""
         try:
             waiting = self.outbox.waiting_by_connection()
-            refused = self.outbox.refused(limit=1)
+            refused = self.outbox.refused_count()
         except Exception:  # noqa: BLE001 - the first pass reports an outbox that cannot be read
             return
         for name in sorted(set(waiting) - set(self.connections)):
@@ -322,7 +258,9 @@ class Relay:
             )
         if refused:
             log.warning(
-                "outbox: rows refused by their connection are set aside in %s (the error column says why)",
+                "outbox: %d row(s) refused by their connection are set aside in %s: outbox:refused lists them and "
+                "why, outbox:retry puts them back",
+                refused,
                 self.outbox.describe(),
             )
 

@@ -5,11 +5,13 @@ relay takes them out with."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from .. import _clock
+from .._checks import check_number
 from ..drivers.database._connection import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl, data_errors
 from ..drivers.database._schema import OUTBOX, OUTBOX_CHANNEL, migrate
 from ..drivers.database.backend import _Backend
@@ -18,13 +20,38 @@ from ..drivers.database.dialects import dialect_for
 from ..errors import PayloadError, SchemaMissingError
 from ..types import QueuedJob
 
-__all__ = ["Outbox", "Row", "Publish"]
+__all__ = ["Outbox", "Row", "Hold", "Publish", "Refused"]
+
+log = logging.getLogger("rainier_sync")
 
 #: One row as a relay reads it: its ``seq``, the connection it is for, the job's envelope.
 Row = tuple[int, str, str]
-#: What a relay does with the rows it took: the ``seq`` of each row published (or
-#: dropped as a duplicate), and why each row its connection refused was refused.
-Publish = Callable[[list[Row]], tuple[list[int], dict[int, str]]]
+#: Renews the relay's hold on some of the rows it took, before it pushes them;
+#: returns those it still holds (on SQLite a claim can lapse and be taken over).
+Hold = Callable[[Sequence[int]], set[int]]
+#: What a relay does with the rows it took (and the way to renew its hold on
+#: them): the ``seq`` of each row published (or dropped as a duplicate), and why
+#: each row its connection refused was refused.
+Publish = Callable[[list[Row], Hold], tuple[list[int], dict[int, str]]]
+
+
+class Refused(NamedTuple):
+    """A row set aside because its connection refused its job: its ``seq``, the
+    ``connection`` it is for, the job's envelope (``body``) and the ``error``."""
+
+    seq: int
+    connection: str
+    body: str
+    error: str
+
+    @property
+    def job(self) -> dict[str, Any]:
+        """The envelope's fields (``id``, ``name``, ``queue``...); empty when it cannot be read."""
+        try:
+            found = json.loads(self.body)
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
 
 
 class Outbox:
@@ -62,9 +89,7 @@ class Outbox:
         if isinstance(connections, str):
             connections = [connections]
         self.connections = frozenset(connections) if connections is not None else None
-        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
-            raise ValueError(f"outbox lease must be a positive number of seconds, got {lease!r}")
-        self.lease = float(lease)
+        self.lease = float(check_number("outbox lease", lease, unit="seconds"))
         self._options = {"reconnect_for": reconnect_for, "response_timeout": response_timeout}
         self._sql = dialect_for(self.dialect)
         self._insert = self._sql(f"INSERT INTO {OUTBOX} (connection, body) VALUES (%s, %s)")
@@ -174,7 +199,7 @@ class Outbox:
             )
             rows: list[Row] = [(int(seq), str(name), _text(body)) for seq, name, body in cursor.fetchall()]
             if rows:
-                done, refused = publish(rows)
+                done, refused = publish(rows, set)  # locked until this transaction ends
                 if done:
                     if self.dialect == POSTGRESQL:
                         cursor.execute(f"DELETE FROM {OUTBOX} WHERE seq = ANY(%s)", (done,))
@@ -200,8 +225,9 @@ class Outbox:
         return len(rows)
 
     def _claimed_batch(self, limit: int, connections: Sequence[str], publish: Publish) -> int:
-        """SQLite: claimed with a token for ``lease`` seconds (the write lock is held
-        only to claim and to delete, never while publishing)."""
+        """SQLite: claimed with a token for ``lease`` seconds, renewed while the rows
+        are published and before each push (the write lock is held only to claim,
+        renew and settle, never while publishing)."""
         token = uuid.uuid4().hex
         marks = self._sql.marks(len(connections))
 
@@ -219,15 +245,31 @@ class Outbox:
         rows: list[Row] = sorted((int(seq), str(name), _text(body)) for seq, name, body in found)
         if not rows:
             return 0
+
+        def hold(seqs: Sequence[int]) -> set[int]:
+            """Renew the claim on ``seqs`` for another ``lease``: those still this relay's."""
+            if not seqs:
+                return set()
+            held = self.backend.stamped(
+                f"UPDATE {OUTBOX} SET claimed_until = %s WHERE claim = %s AND seq IN ({self._sql.marks(len(seqs))}) "
+                "RETURNING seq",
+                lambda: (_clock.now() + self.lease, token, *seqs),
+                fetch=True,
+            )
+            return {int(seq) for (seq,) in held}
+
         done: list[int] = []
         refused: dict[int, str] = {}
+        keeper = _Keeper(self, token)
         try:
-            done, refused = publish(rows)
+            done, refused = publish(rows, hold)
         finally:
+            keeper.stop()
             published = set(done)
             left = [seq for seq, _, _ in rows if seq not in refused and seq not in published]
 
             def settle(cursor: Any) -> None:
+                # Every statement names the claim: rows another relay took over are its to settle.
                 q = self._sql
                 if done:
                     cursor.execute(
@@ -235,8 +277,11 @@ class Outbox:
                     )
                 if refused:
                     cursor.executemany(
-                        q(f"UPDATE {OUTBOX} SET error = %s, claim = NULL, claimed_until = NULL WHERE seq = %s"),
-                        [(why, seq) for seq, why in refused.items()],
+                        q(
+                            f"UPDATE {OUTBOX} SET error = %s, claim = NULL, claimed_until = NULL "
+                            "WHERE claim = %s AND seq = %s"
+                        ),
+                        [(why, token, seq) for seq, why in refused.items()],
                     )
                 if left:  # back at once, for the next pass (or another relay)
                     cursor.execute(
@@ -253,30 +298,58 @@ class Outbox:
     # -- looking in ------------------------------------------------------------------------------
     def size(self, connection: str | None = None) -> int:
         """Rows waiting to be relayed (refused ones not counted)."""
-        try:
-            if connection is None:
-                rows = self.backend.query(f"SELECT count(*) FROM {OUTBOX} WHERE error IS NULL")
-            else:
-                rows = self.backend.query(
-                    f"SELECT count(*) FROM {OUTBOX} WHERE error IS NULL AND connection = %s", (connection,)
-                )
-        except SchemaMissingError as exc:
-            raise self._missing() from exc
+        if connection is None:
+            rows = self._read(f"SELECT count(*) FROM {OUTBOX} WHERE error IS NULL")
+        else:
+            rows = self._read(f"SELECT count(*) FROM {OUTBOX} WHERE error IS NULL AND connection = %s", (connection,))
         return int(rows[0][0])
 
     def waiting_by_connection(self) -> dict[str, int]:
         """Rows waiting, per connection."""
-        rows = self.backend.query(f"SELECT connection, count(*) FROM {OUTBOX} WHERE error IS NULL GROUP BY connection")
+        rows = self._read(f"SELECT connection, count(*) FROM {OUTBOX} WHERE error IS NULL GROUP BY connection")
         return {str(name): int(n) for name, n in rows}
 
-    def refused(self, limit: int = 50) -> list[tuple[int, str, str, str]]:
-        """Rows a connection refused, oldest first: ``(seq, connection, envelope, error)``.
-        They stay until deleted (by hand: they are rows of the outbox table)."""
-        rows = self.backend.query(
+    def refused(self, limit: int = 50) -> list[Refused]:
+        """Rows set aside because their connection refused their job, oldest first
+        (:class:`Refused`: ``seq``, ``connection``, ``body``, ``error``). They stay
+        until :meth:`retry_refused` puts them back or :meth:`forget_refused` deletes them."""
+        rows = self._read(
             f"SELECT seq, connection, body, error FROM {OUTBOX} WHERE error IS NOT NULL ORDER BY seq LIMIT %s",
             (limit,),
         )
-        return [(int(seq), str(name), _text(body), str(error)) for seq, name, body, error in rows]
+        return [Refused(int(seq), str(name), _text(body), str(error)) for seq, name, body, error in rows]
+
+    def refused_count(self) -> int:
+        """Rows set aside."""
+        return int(self._read(f"SELECT count(*) FROM {OUTBOX} WHERE error IS NOT NULL")[0][0])
+
+    def retry_refused(self, seq: int | None = None) -> int:
+        """Put a set-aside row (``seq``; None: every one) back in line for the relay,
+        in its old place (oldest first); returns how many. For a job its connection
+        could not take then (a queue it did not know yet, a limit since raised)."""
+        where, params = ("", ()) if seq is None else (" AND seq = %s", (seq,))
+        return self._write(
+            f"UPDATE {OUTBOX} SET error = NULL"
+            + (", claim = NULL, claimed_until = NULL" if self.dialect == SQLITE else "")
+            + f" WHERE error IS NOT NULL{where}",
+            params,
+        )
+
+    def forget_refused(self, seq: int) -> bool:
+        """Delete a set-aside row (its job is given up); False when no row ``seq`` is set aside."""
+        return self._write(f"DELETE FROM {OUTBOX} WHERE error IS NOT NULL AND seq = %s", (seq,)) > 0
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.backend.query(sql, params)
+        except SchemaMissingError as exc:
+            raise self._missing() from exc
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> int:
+        try:
+            return self.backend.execute(sql, params)
+        except SchemaMissingError as exc:
+            raise self._missing() from exc
 
     def _missing(self) -> SchemaMissingError:
         return SchemaMissingError(
@@ -302,3 +375,32 @@ def _text(value: Any) -> str:
 def _missing_table(exc: BaseException) -> bool:
     text = str(exc)
     return OUTBOX in text and ("no such table" in text or "does not exist" in text or "1146" in repr(exc.args[:1]))
+
+
+class _Keeper:
+    """Renews one SQLite claim every quarter of the lease while its rows are being
+    published: a push slower than the lease (a slow server, a long retry) does not
+    let another relay take the rows and publish them too. A relay that dies stops
+    renewing, and its rows wait out the lease."""
+
+    def __init__(self, outbox: Outbox, token: str) -> None:
+        self._outbox = outbox
+        self._token = token
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rainier-outbox-claim", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        outbox = self._outbox
+        while not self._stopped.wait(outbox.lease / 4):
+            try:
+                outbox.backend.stamped(
+                    f"UPDATE {OUTBOX} SET claimed_until = %s WHERE claim = %s",
+                    lambda: (_clock.now() + outbox.lease, self._token),
+                )
+            except Exception as exc:  # noqa: BLE001 - the next turn tries again; the push checks its rows
+                log.warning("could not renew an outbox claim in %s: %s", outbox.target.label, exc)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()

@@ -110,7 +110,14 @@ class Control:
         if relay is None:
             return
         if self.options.once:
-            self._health.call("relay", relay.run_once)
+            try:
+                relay.run_once()
+            except Exception as exc:  # noqa: BLE001 - the relay reported it (queue_operation_failed); the run goes on
+                log.error(
+                    "the outbox relay (%s) did not relay everything before this run's first claim: %s",
+                    relay.outbox.describe(),
+                    exc,
+                )
         else:
             relay.start()
 

@@ -18,7 +18,7 @@ from rainier_sync.locks import MemoryLockStore
 from rainier_sync.outbox import Outbox, Relay
 from tests.support import wait_until
 
-from .conftest import sqlalchemy_url
+from .conftest import make_redis, sqlalchemy_url
 from .jobs import Note, ran, registry
 from .test_dispatch import manager_over
 
@@ -104,14 +104,31 @@ def test_what_is_not_a_connection_is_refused(sqlite_outbox_url: str, redis_targe
     assert manager.outbox is not None and manager.outbox.size() == 0
 
 
-def test_a_connection_the_outbox_does_not_take_is_refused(sqlite_outbox_url: str, redis_target: BaseQueue) -> None:
+def test_a_connection_the_outbox_does_not_take_is_refused(
+    sqlite_outbox_url: str, redis_target: BaseQueue, redis_url: str
+) -> None:
+    other = make_redis(redis_url)
     manager = QueueManager(
-        connections={"fast": redis_target, "mem": MemoryQueue()}, default="fast", registry=registry(),
-        outbox=Outbox.from_url(sqlite_outbox_url, connections=["mem"]),
+        connections={"fast": redis_target, "other": other}, default="fast", registry=registry(),
+        outbox=Outbox.from_url(sqlite_outbox_url, connections=["other"]),
     )  # fmt: skip
     with closing(sqlite_conn(sqlite_outbox_url)) as conn, pytest.raises(ConfigurationError) as caught:
         manager.pending(Note("x")).within(conn).send()
-    assert "connection 'fast' (redis" in str(caught.value) and "(it takes: mem)" in str(caught.value)
+    assert "connection 'fast' (redis" in str(caught.value) and "(it takes: other)" in str(caught.value)
+    other.close()
+
+
+def test_a_connection_that_keeps_its_jobs_in_memory_cannot_take_them_through_the_outbox(
+    sqlite_outbox_url: str,
+) -> None:
+    """A relay in another process would publish them into its own memory."""
+    manager = QueueManager(connections={"mem": MemoryQueue()}, registry=registry(), outbox=Outbox(sqlite_outbox_url))
+    with closing(sqlite_conn(sqlite_outbox_url)) as conn, pytest.raises(ConfigurationError) as caught:
+        manager.pending(Note("x")).within(conn).send()
+    assert "connection 'mem' (memory) keeps its jobs in this process's memory" in str(caught.value)
+    assert manager.outbox is not None and manager.outbox.size() == 0
+    with pytest.raises(ConfigurationError, match="the outbox relay has no connection to publish to"):
+        Relay(manager)
 
 
 def test_the_sync_driver_cannot_dispatch_within_a_transaction(sqlite_outbox_url: str) -> None:
@@ -167,14 +184,31 @@ def test_an_outbox_naming_what_is_not_for_it_is_refused_at_boot(sqlite_outbox_ur
         QueueManager(connections={"db": database}, outbox=Outbox(sqlite_outbox_url, connections=["db"]))
     with pytest.raises(ConfigurationError, match="'now' \\(sync\\), which runs a job inside dispatch"):
         QueueManager(connections={"now": SyncQueue()}, outbox=Outbox(sqlite_outbox_url, connections=["now"]))
+    with pytest.raises(ConfigurationError, match="'mem' \\(memory\\), whose jobs live in one process's memory"):
+        QueueManager(connections={"mem": MemoryQueue()}, outbox=Outbox(sqlite_outbox_url, connections=["mem"]))
+    database.close()
+
+
+def test_a_relay_with_no_connection_to_publish_to_fails_at_boot(sqlite_outbox_url: str, tmp_path: Path) -> None:
+    database = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'jobs.db'}")
+    for connections in ({}, {"db": database}):
+        manager = QueueManager(connections=connections, registry=registry(), outbox=Outbox(sqlite_outbox_url))
+        with pytest.raises(ConfigurationError) as caught:
+            Relay(manager)
+        message = str(caught.value)
+        assert "the outbox relay has no connection to publish to" in message
+        assert f"declared: {'db (database)' if connections else 'none'}" in message
+    with pytest.raises(ConfigurationError, match="no connection to publish to"):
+        Worker(manager, options=WorkerOptions(relay=True))  # a worker of the database connection
     database.close()
 
 
 def test_an_outbox_url_that_is_not_a_database_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="scheme 'redis' is not supported"):
         Outbox.from_url("redis://127.0.0.1:6379/0")
-    with pytest.raises(ValueError, match="lease must be a positive number"):
-        Outbox.from_url("sqlite:///x.db", lease=0)
+    for lease in (0, -1, True, "30"):
+        with pytest.raises(ConfigurationError, match=f"lease must be a positive number of seconds, got {lease!r}"):
+            Outbox.from_url("sqlite:///x.db", lease=lease)
 
 
 def test_a_relay_needs_an_outbox(redis_target: BaseQueue) -> None:

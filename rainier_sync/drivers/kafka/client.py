@@ -36,6 +36,9 @@ _DELAYED, _FAILED = ".delayed", ".failed"
 
 TP = tuple[str, int]
 
+#: What librdkafka adds to a record's key and value when it holds it to ``message.max.bytes``.
+_RECORD_OVERHEAD = 36
+
 #: Error codes that mean the broker could not be reached (rather than that it refused).
 _UNREACHABLE = {
     KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
@@ -105,6 +108,8 @@ class KafkaClient:
             **dict(producer_config or {}),
         }
         self.flush_timeout = float(self.producer_config["message.timeout.ms"]) / 1000 + 1
+        #: The largest record the producer takes (librdkafka's ``message.max.bytes``).
+        self.max_record = int(self.producer_config.get("message.max.bytes", 1_000_000))
         #: The group consumers' settings (a consumer adds its own ``on_commit``).
         self.consumer_config: dict[str, Any] = {
             **base,
@@ -224,6 +229,10 @@ class KafkaClient:
                     break
                 except BufferError:
                     producer.poll(0.05)
+                except Exception:
+                    # The records before it are on their way: wait for them, so ``acked`` says which went through.
+                    producer.flush(self.flush_timeout)
+                    raise
         left = producer.flush(self.flush_timeout)
         if left or pending[0] > 0:
             raise self.unavailable(
@@ -235,8 +244,18 @@ class KafkaClient:
             raise KafkaQueueError(f"kafka: {len(failures)} record(s) refused: {failures[0]}")
 
     def job_record(self, job: QueuedJob, now: float) -> tuple[str, str, bytes]:
-        """The ``(topic, key, value)`` record of ``job``: its delay topic when not yet due."""
+        """The ``(topic, key, value)`` record of ``job``: its delay topic when not yet due;
+        :class:`PayloadError` for a queue name no topic can have, or a record over
+        the producer's ``message.max.bytes``."""
         topic = self.topic(job.queue)
         if job.available_at > now:
             topic += _DELAYED
-        return topic, job.id, job.encode().encode()
+        value = job.encode().encode()
+        size = len(value) + len(job.id) + _RECORD_OVERHEAD
+        if size > self.max_record:
+            raise PayloadError(
+                f"job {job.name!r} ({job.id}) is {len(value)} bytes as JSON; kafka connection {self.connection!r} "
+                f"takes records of at most {self.max_record} bytes (message.max.bytes, {_RECORD_OVERHEAD} of them "
+                "the record's own): pass a reference (a key, an id) instead of the data"
+            )
+        return topic, job.id, value

@@ -45,6 +45,7 @@ from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError
 from ...locks.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
 from ..base import BaseQueue, Promises, QueueDriver, Waker
+from ..pushed import tell_pushed
 from .client import (
     _DELAYED,
     _TOPIC_CHARS,
@@ -198,11 +199,24 @@ class KafkaQueue(BaseQueue):
         self.push_many([job])
         return job.id
 
+    def check(self, job: QueuedJob) -> None:
+        """A queue name no topic can have, a record over the producer's
+        ``message.max.bytes`` (:class:`~rainier_sync.errors.PayloadError`)."""
+        self._job_record(job, _clock.now())
+
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
+        """Every record checked, then produced; one that fails leaves those the
+        broker acknowledged on the error (:func:`~rainier_sync.drivers.pushed.pushed_before`)."""
         if not jobs:
             return []
         now = _clock.now()
-        self._produce([self._job_record(job, now) for job in jobs])
+        records = [self._job_record(job, now) for job in jobs]
+        acked: set[int] = set()
+        try:
+            self._produce(records, acked)
+        except Exception as exc:
+            tell_pushed(exc, [jobs[index].id for index in sorted(acked)])
+            raise
         return [job.id for job in jobs]
 
     # -- the consumer operations, on the driver's one session --------------------------------

@@ -72,6 +72,8 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
     driver = QueueDriver.REDIS
     promises = Promises.of(QueueDriver.REDIS)
     capabilities = Capabilities(give_back=True, wakes=True, eviction_check=True, listing=True)
+    #: One script call stores a queue's chunk whole; a pipeline of several may stop part way.
+    atomic_batch = _CHUNK
 
     @classmethod
     def from_url(

@@ -15,16 +15,20 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from ...errors import ConfigurationError, SqsBatchError, SqsUnavailableError, UnknownQueueError
 from ...types import QueuedJob
 from ..base import BaseQueue
+from ..pushed import pushed_before, tell_pushed
 
 boto3: Any
 _BotoConfig: Any
 #: botocore's errors for a server it could not reach: refused, timed out, cut off.
 _UNREACHABLE: tuple[type[Exception], ...] = ()
+#: botocore's error for an answer that is an error (its code says which).
+_ANSWERED: tuple[type[Exception], ...] = ()
 try:
     boto3 = importlib.import_module("boto3")
     _BotoConfig = importlib.import_module("botocore.config").Config
     _botocore_errors = importlib.import_module("botocore.exceptions")
     _UNREACHABLE = (_botocore_errors.ConnectionError, _botocore_errors.HTTPClientError)
+    _ANSWERED = (_botocore_errors.ClientError,)
 except ImportError:  # pragma: no cover - exercised only without the extra
     boto3 = None
     _BotoConfig = None
@@ -37,6 +41,11 @@ BATCH = 10
 TRIES = 3
 #: ReceiveMessage's system attributes the driver reads.
 SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp"]
+#: Error codes of an SQS that cannot serve a call for now (a throttle), as opposed to one refusing it.
+_PASSING_CODES = {
+    "Throttling", "ThrottlingException", "RequestThrottled", "RequestThrottledException", "TooManyRequestsException",
+    "ServiceUnavailable", "InternalError", "InternalFailure", "KMS.ThrottlingException",
+}  # fmt: skip
 _STALE_CODES = {"ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"}
 _COUNTS = [
     "ApproximateNumberOfMessages",
@@ -90,6 +99,19 @@ def is_fifo(url: str) -> bool:
 
 def chunks(items: Sequence[Any], size: int = BATCH) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def passing_refusal(exc: BaseException) -> bool:
+    """An answer that SQS cannot serve the call now (a 5xx, a throttle), through
+    every try boto3 made: an outage, not a refusal of what was sent."""
+    if not isinstance(exc, _ANSWERED):
+        return False
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    code = str(response.get("Error", {}).get("Code", ""))
+    return (isinstance(status, int) and status >= 500) or code in _PASSING_CODES
 
 
 def attributes_param(client: Any) -> str:
@@ -184,6 +206,13 @@ class SqsLink:
             error.add_note(note)
         return error
 
+    def not_serving(self, action: str, exc: Exception) -> SqsUnavailableError:
+        """An SQS that answered, through every try, that it cannot serve the call now."""
+        error = SqsUnavailableError(f"SQS connection {self.connection!r} could not {action} ({TRIES} tries): {exc}")
+        for note in getattr(exc, "__notes__", ()):
+            error.add_note(note)
+        return error
+
     def url_of(self, queue: str) -> str:
         """The SQS URL of ``queue``; :class:`UnknownQueueError` when it has none."""
         url = self.queue_urls.get(queue)
@@ -203,12 +232,14 @@ class SqsLink:
 
     def send_batch(
         self, url: str, batch: Sequence[tuple[QueuedJob, dict[str, Any]]]
-    ) -> tuple[list[QueuedJob], dict[str, str]]:
+    ) -> tuple[list[QueuedJob], dict[str, str], set[str]]:
         """One ``SendMessageBatch`` (ten at most), its passing failures retried:
-        the jobs sent, and SQS's reason by job id for those that were not."""
+        the jobs sent, SQS's reason by job id for those that were not, and which
+        of those SQS called the sender's fault (sending them again fails again)."""
         pending = {str(i): item for i, item in enumerate(batch)}
         done: list[QueuedJob] = []
         final: dict[str, str] = {}
+        sender_fault: set[str] = set()
 
         def attempt() -> None:
             entries = [{"Id": key, **entry} for key, (_, entry) in pending.items()]
@@ -222,6 +253,7 @@ class SqsLink:
                 if bad.get("SenderFault"):
                     job, _ = pending.pop(bad["Id"])
                     final[job.id] = reason
+                    sender_fault.add(job.id)
                 else:
                     retry[pending[bad["Id"]][0].id] = reason
             if retry:
@@ -238,7 +270,7 @@ class SqsLink:
                     attempt()
         except _RetryableEntries as exc:
             final.update(exc.failed)
-        return done, final
+        return done, final, sender_fault
 
     def receipt_batch(self, method: str, jobs: Sequence[QueuedJob], entry: Any) -> list[QueuedJob]:
         """Run a receipt batch call per queue URL; an entry SQS refuses as the
@@ -273,9 +305,11 @@ class SqsLink:
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-def reaching(action: str) -> Callable[[_Method], _Method]:
+def reaching(action: str, *, serving: bool = False) -> Callable[[_Method], _Method]:
     """Raise :class:`SqsUnavailableError` for a server the call could not reach
-    (on a method of an object whose ``link`` is an :class:`SqsLink`)."""
+    (on a method of an object whose ``link`` is an :class:`SqsLink`); with
+    ``serving``, also for one that kept answering it cannot serve the call now
+    (:func:`passing_refusal`). What the call had done goes along (:mod:`..pushed`)."""
 
     def decorate(method: _Method) -> _Method:
         @functools.wraps(method)
@@ -284,8 +318,20 @@ def reaching(action: str) -> Callable[[_Method], _Method]:
                 return method(self, *args, **kwargs)
             except _UNREACHABLE as exc:
                 link: SqsLink = self.link
-                raise link.unreachable(action, exc) from exc
+                raise _along(link.unreachable(action, exc), exc) from exc
+            except _ANSWERED as exc:
+                if not (serving and passing_refusal(exc)):
+                    raise
+                raise _along(self.link.not_serving(action, exc), exc) from exc
 
         return cast(_Method, call)
 
     return decorate
+
+
+def _along(error: SqsUnavailableError, cause: Exception) -> SqsUnavailableError:
+    """``error`` carrying what the push that raised ``cause`` had done."""
+    done = pushed_before(cause)
+    if done.stored or done.refused:
+        tell_pushed(error, done.stored, done.refused)
+    return error

@@ -25,6 +25,7 @@ from ...errors import (
 )
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
 from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
+from ..pushed import tell_pushed
 from . import wire
 from .client import SqsLink, boto3, build_clients, check_url, is_fifo, reaching, region_of
 from .consumer import SqsConsumer
@@ -178,7 +179,12 @@ class SqsQueue(BaseQueue):
         return self.consumer.buffer
 
     # -- producing ----------------------------------------------------------------------
-    @reaching("dispatch a job")
+    def check(self, job: QueuedJob) -> None:
+        """A queue with no URL (:class:`UnknownQueueError`), a body over SQS's size
+        limit, a delay on a FIFO queue (:class:`~rainier_sync.errors.PayloadError`)."""
+        wire.entry(job, self.url_of(job.queue), _clock.now())
+
+    @reaching("dispatch a job", serving=True)
     def push(self, job: QueuedJob) -> str:
         url = self.url_of(job.queue)
         entry = wire.entry(job, url, _clock.now())
@@ -189,10 +195,12 @@ class SqsQueue(BaseQueue):
             raise
         return job.id
 
-    @reaching("dispatch jobs")
+    @reaching("dispatch jobs", serving=True)
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
         """``SendMessageBatch``, ten per call; entries SQS refuses for a passing
-        reason are retried, and any still refused raise :class:`SqsBatchError`."""
+        reason are retried, and any still refused raise :class:`SqsBatchError`.
+        A call that fails leaves the jobs sent before it on the error
+        (:func:`~rainier_sync.drivers.pushed.pushed_before`)."""
         now = _clock.now()
         by_url: dict[str, list[tuple[QueuedJob, dict[str, Any]]]] = {}
         for job in jobs:  # check everything before sending anything
@@ -200,20 +208,24 @@ class SqsQueue(BaseQueue):
             by_url.setdefault(url, []).append((job, wire.entry(job, url, now)))
         done: list[str] = []
         failed: dict[str, str] = {}
+        sender_fault: set[str] = set()
         for url, items in by_url.items():
             for batch in wire.size_batches(items):
                 try:
-                    ok, bad = self.link.send_batch(url, batch)
+                    ok, bad, theirs = self.link.send_batch(url, batch)
                 except Exception as exc:
                     exc.add_note(
                         f"while sending {len(batch)} job(s) to queue {batch[0][0].queue!r} at {url}; "
                         f"already sent: {', '.join(done) or 'none'}"
                     )
+                    tell_pushed(exc, done, {i: failed[i] for i in sender_fault})
                     raise
                 done.extend(job.id for job in ok)
                 failed.update(bad)
+                sender_fault |= theirs
         if failed:
-            raise SqsBatchError("SendMessageBatch", done, failed)
+            error = SqsBatchError("SendMessageBatch", done, failed, sender_fault=sender_fault)
+            raise tell_pushed(error, done, {i: failed[i] for i in sender_fault})
         return [job.id for job in jobs]
 
     # -- consuming: the consumer's ----------------------------------------------------------

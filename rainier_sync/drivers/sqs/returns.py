@@ -153,7 +153,7 @@ class PuttingBack:
         refused: dict[str, str] = {}
         for url, items in by_url.items():
             for batch in wire.size_batches(items):
-                sent, bad = self.link.send_batch(url, batch)
+                sent, bad, _ = self.link.send_batch(url, batch)
                 for job in sent:
                     self.receipts.mark_copied(job.receipt)
                 refused.update(bad)

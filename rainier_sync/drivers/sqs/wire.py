@@ -43,12 +43,13 @@ def body(job: QueuedJob) -> str:
 
 
 def entry(job: QueuedJob, url: str, now: float, *, fresh_dedup: bool = False) -> dict[str, Any]:
-    """One SendMessage(Batch) entry for ``job``, its delay capped at SQS's 15 minutes."""
+    """One SendMessage(Batch) entry for ``job``, its delay capped at SQS's 15 minutes;
+    :class:`PayloadError` for a job SQS can never take."""
     result: dict[str, Any] = {"MessageBody": body(job)}
     wait = job.available_at - now
     if is_fifo(url):
         if wait > 0:
-            raise ValueError(
+            raise PayloadError(
                 f"job {job.name!r} ({job.id}) has a delay, but queue {job.queue!r} is a FIFO queue, "
                 "and SQS FIFO queues take no per-message delay"
             )
