@@ -13,6 +13,7 @@ from ...types import QueueCounts, QueuedJob
 from ._schema import FAILED, JOBS, MIGRATION_LIST, Migration, migrate
 from .browse import Browsing
 from .caller import caller_connection
+from .caller_locks import give_back_within, same_database, take_within
 from .claims import Claims
 from .dialects import job_row
 from .failed import FailedTable
@@ -21,6 +22,7 @@ from .url import POSTGRESQL
 
 if TYPE_CHECKING:
     from ...locks.database import DatabaseLockStore
+    from ..base import Binding
 
 
 class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
@@ -154,6 +156,27 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
                     f"{text.splitlines()[0] if text else exc!r}"
                 ) from exc
         return [job.id for job in jobs]
+
+    def bind(self, manager: Binding, connection: str) -> None:
+        super().bind(manager, connection)
+        self._binding = manager
+
+    def lock_within(self, connection: Any, wanted: Sequence[tuple[str, str, float]]) -> list[bool] | None:
+        """In the caller's transaction, when the manager's lock store is a
+        :class:`~rainier_sync.locks.DatabaseLockStore` on this queue's database
+        (see :mod:`.caller_locks`); None otherwise."""
+        from ...locks.database import DatabaseLockStore
+
+        binding = getattr(self, "_binding", None)
+        locks = binding.locks if binding is not None else None
+        if not isinstance(locks, DatabaseLockStore) or not same_database(locks._backend.target, self._backend.target):
+            return None
+        conn, dialect = caller_connection(connection, self._backend.target, "the queue")
+        return take_within(conn, dialect, wanted)
+
+    def unlock_within(self, connection: Any, held: Sequence[tuple[str, str]]) -> None:
+        conn, dialect = caller_connection(connection, self._backend.target, "the queue")
+        give_back_within(conn, dialect, held)
 
     # -- inspection ------------------------------------------------------------------------------
     def size(self, queue: str | None = None) -> int:

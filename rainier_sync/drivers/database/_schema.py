@@ -238,6 +238,8 @@ _V4 = {
 # then kept out of the relay's way; on SQLite a relay claims its rows with a
 # token and a lapse time (``claim``, ``claimed_until``), where PostgreSQL and
 # MariaDB lock them (``FOR UPDATE SKIP LOCKED``) for as long as it publishes.
+# AUTOINCREMENT: a ``seq`` is never given again, so a relay whose claim lapsed
+# cannot settle a newer row that took the number of one it held.
 _V5 = {
     POSTGRESQL: (
         f"""CREATE TABLE IF NOT EXISTS {OUTBOX} (
@@ -248,7 +250,7 @@ _V5 = {
     ),
     SQLITE: (
         f"""CREATE TABLE IF NOT EXISTS {OUTBOX} (
-            seq INTEGER PRIMARY KEY,
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
             connection TEXT NOT NULL,
             body TEXT NOT NULL,
             error TEXT,

@@ -14,12 +14,19 @@ from .url import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl
 
 __all__ = ["caller_connection"]
 
+#: libpq's PQTRANS_IDLE: no transaction open.
+_PG_IDLE = 0
+#: MySQL's SERVER_STATUS_IN_TRANS: a transaction is open.
+_MYSQL_IN_TRANSACTION = 1
+
 
 def caller_connection(obj: Any, target: DatabaseUrl, whose: str) -> tuple[Any, str]:
     """The DBAPI connection under ``obj`` (sqlite3, psycopg 3 or PyMySQL, or a
     SQLAlchemy 2 ``Connection`` or ``Session`` over one of them) and its
-    dialect, once it is known to be on ``target``'s database. ``whose`` names
-    that database in errors (``"the queue"``). Raises ``TypeError`` naming both."""
+    dialect, once it is known to be on ``target``'s database and a write on it
+    waits for the caller's commit (a connection in autocommit mode must be inside
+    a transaction it began). ``whose`` names that database in errors (``"the
+    queue"``). Raises ``TypeError`` naming both."""
     described = f"{type(obj).__module__}.{type(obj).__qualname__}"
     if is_sqlalchemy(obj):
         conn, dialect, described = dbapi_connection(obj)
@@ -37,7 +44,33 @@ def caller_connection(obj: Any, target: DatabaseUrl, whose: str) -> tuple[Any, s
         _same_sqlite_file(conn, target, whose)
     else:
         _same_database(conn, target, whose, described)
+    mode = _committing_at_once(conn, dialect)
+    if mode:
+        raise TypeError(
+            f"dispatch within a transaction: {described} is in autocommit mode ({mode}) and not inside a "
+            "transaction, so the job would be committed at once, whatever the caller's transaction does: "
+            "begin one first, or use a connection that is not in autocommit mode"
+        )
     return conn, dialect
+
+
+def _committing_at_once(conn: Any, dialect: str) -> str:
+    """How ``conn`` is in autocommit mode with no transaction open (a write on it
+    commits at once), or "" when a write waits for the caller's commit."""
+    if dialect == SQLITE:
+        autocommit = getattr(conn, "autocommit", None)  # Python 3.12's PEP 249 control
+        if autocommit is True:
+            return "" if conn.in_transaction else "autocommit=True"
+        if autocommit is False or conn.isolation_level is not None:
+            return ""
+        return "" if conn.in_transaction else "isolation_level=None"
+    if dialect == POSTGRESQL:
+        if not conn.autocommit:
+            return ""
+        return "autocommit=True" if int(conn.info.transaction_status) == _PG_IDLE else ""
+    if not conn.get_autocommit():
+        return ""
+    return "" if conn.server_status & _MYSQL_IN_TRANSACTION else "autocommit=True"
 
 
 def _same_sqlite_file(conn: sqlite3.Connection, target: DatabaseUrl, whose: str) -> None:
