@@ -127,3 +127,26 @@ def test_dispatch_many_within_a_transaction(pg_outbox_url: str, redis_target: Ba
     relay_all(Relay(manager))
     assert [job.payload["text"] for job in take(redis_target, 5)] == [f"n{i}" for i in range(5)]
     manager.close()
+
+
+def test_a_connection_in_autocommit_mode_is_refused_outside_a_transaction(
+    outbox_url: str, redis_target: BaseQueue
+) -> None:
+    """Its write would commit at once: a rollback would leave the job."""
+    from tests.drivers.database.test_within import begin, connect
+
+    manager = manager_over(redis_target, outbox_url)
+    outbox = manager.outbox
+    assert outbox is not None
+    with closing(connect(outbox_url, autocommit=True)) as conn:
+        with pytest.raises(TypeError, match="is in autocommit mode .* and not inside a transaction"):
+            manager.pending(Note("at once")).within(conn).send()
+        begin(conn)
+        manager.pending(Note("rolled back")).within(conn).send()
+        conn.rollback()
+        assert outbox.size() == 0
+        begin(conn)
+        manager.pending(Note("kept")).within(conn).send()
+        conn.commit()
+    assert outbox.size() == 1
+    manager.close()

@@ -234,13 +234,16 @@ def test_a_unique_job_published_again_before_it_ran_is_published_again(
 
 
 def test_a_job_its_connection_refuses_is_set_aside(sqlite_outbox_url: str, sqs_target: BaseQueue) -> None:
+    """Rows a dispatch would have refused (written by one with other settings):
+    the relay's own push refuses them, one by one."""
     manager = manager_over(sqs_target, sqlite_outbox_url)
-    path = sqlite_outbox_url.removeprefix("sqlite:///")
-    with closing(sqlite3.connect(path)) as conn, conn:
-        manager.pending(Note("before")).within(conn).send()
-        manager.pending(Note("x" * 1_100_000)).within(conn).send()  # more than an SQS message holds
-        manager.pending(Note("nowhere")).on_queue("nowhere").within(conn).send()  # no URL for that queue
-        manager.pending(Note("after")).within(conn).send()
+    jobs = [
+        manager.build(Note("before"), connection="fast"),
+        manager.build(Note("x" * 1_100_000), connection="fast"),  # more than an SQS message holds
+        manager.build(Note("nowhere"), connection="fast", queue="nowhere"),  # no URL for that queue
+        manager.build(Note("after"), connection="fast"),
+    ]
+    put_back(sqlite_outbox_url, [(None, "fast", job.encode()) for job in jobs])
     relay = Relay(manager)
     assert relay.run_once() == 2
     assert relay.stats.refused == 2
@@ -282,12 +285,11 @@ def test_a_connection_that_is_down_waits_while_the_others_go_on(
 
 
 def test_rows_for_a_connection_this_manager_does_not_declare_are_left(
-    sqlite_outbox_url: str, redis_target: BaseQueue, caplog: pytest.LogCaptureFixture
+    sqlite_outbox_url: str, redis_target: BaseQueue, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rainier_sync.drivers import MemoryQueue
-
+    elsewhere = make_redis(redis_url)
     other = QueueManager(
-        connections={"elsewhere": MemoryQueue()}, registry=registry(), outbox=Outbox.from_url(sqlite_outbox_url)
+        connections={"elsewhere": elsewhere}, registry=registry(), outbox=Outbox.from_url(sqlite_outbox_url)
     )
     with closing(sqlite3.connect(sqlite_outbox_url.removeprefix("sqlite:///"))) as conn, conn:
         other.pending(Note("for elsewhere")).within(conn).send()
@@ -297,6 +299,7 @@ def test_rows_for_a_connection_this_manager_does_not_declare_are_left(
     assert any("connection 'elsewhere', which this manager does not declare" in m for m in caplog.messages)
     assert other.outbox is not None and other.outbox.size("elsewhere") == 1
     assert Relay(other).run_once() == 1
+    clean_redis(elsewhere)
     manager.close()
     other.close()
 
