@@ -57,6 +57,7 @@ def cmd_check(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int
     _schedule(manager, findings)
     _lock_store(manager, findings)
     _connections(frontend, manager, findings)
+    _outbox(frontend, manager, findings)
     return EXIT_USAGE if findings.problems else EXIT_OK
 
 
@@ -159,3 +160,31 @@ def _connections(frontend: Frontend, manager: QueueManager, findings: Findings) 
             findings.problem(f"{where}: cannot be reached: {one_line(exc)}")
         else:
             findings.ok(f"{where}: reachable")
+
+
+def _outbox(frontend: Frontend, manager: QueueManager, findings: Findings) -> None:
+    """The outbox's table is there, and no row in it is set aside."""
+    from ..errors import SchemaMissingError
+    from .outbox import outbox_state
+
+    if manager.outbox is None:
+        return
+    where = f"outbox ({manager.outbox.target.where})"
+    try:
+        state = outbox_state(manager)
+    except SchemaMissingError as exc:
+        findings.problem(f"{where}: {exc}")
+        return
+    except Exception as exc:  # noqa: BLE001 - reported as a finding
+        findings.problem(f"{where}: cannot be reached: {one_line(exc)}")
+        return
+    assert state is not None
+    waiting = sum(state["waiting"].values())
+    if state["refused"]:
+        findings.problem(
+            f"{where}: {state['refused']} row(s) set aside, refused by their connection or unreadable (their jobs "
+            f"wait for you: {frontend.command('outbox:refused')} lists them and why, "
+            f"{frontend.command('outbox:retry')} puts them back)"
+        )
+    else:
+        findings.ok(f"{where}: reachable, {waiting} job(s) waiting for the relay, none set aside")

@@ -262,7 +262,11 @@ def cmd_reclaim(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> i
 
 
 def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    from ..outbox.dispatch import relayable
+    from .outbox import outbox_state, print_outbox
+
     manager = frontend.manager(args)
+    outbox = outbox_state(manager)
     wanted = [q for q in (args.queue or "").split(",") if q]
     report: list[dict[str, Any]] = []
     inline: dict[str, bool] = {}
@@ -282,6 +286,8 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
                     "paused": queue in paused,
                 }
         entry["failed"] = driver.failed_count()
+        if outbox is not None and manager.outbox is not None and manager.outbox.covers(name) and relayable(driver):
+            entry["outbox"] = {"waiting": outbox["waiting"].get(name, 0), "refused": outbox["refused_by"].get(name, 0)}
         report.append(entry)
     if args.json:
         json.dump(report, out, indent=2)
@@ -302,6 +308,8 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
             rows.append([entry["connection"], entry["driver"], label, *sizes, failed])
     headers = ["CONNECTION", "DRIVER", "QUEUE", "READY", "DELAYED", "RESERVED", "TOTAL", "FAILED"]
     table(out, headers, rows, numeric=range(3, 8))
+    if outbox is not None:
+        print_outbox(out, frontend, outbox)
     if manager.locks is not None:
         _print_workers(out, [worker for entry in report for worker in entry["workers"]])
     return EXIT_OK
@@ -391,35 +399,6 @@ def cmd_migrate(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> i
         out.write(f"{name} ({driver.kind}): {applied(driver.migrate())}\n")
     if manager.outbox is not None and args.connection is None:
         out.write(f"outbox ({manager.outbox.target.where}): {applied(manager.outbox.migrate())}\n")
-    return EXIT_OK
-
-
-def cmd_outbox_relay(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
-    """``outbox:relay``: publish the outbox's committed jobs until stopped, or once."""
-    from ..errors import ConfigurationError
-    from ..outbox import Relay
-
-    if args.quiet:
-        log.setLevel(logging.WARNING)
-    manager = frontend.manager(args)
-    options: dict[str, Any] = {"sleep": args.sleep, "batch": args.batch}
-    try:
-        relay = Relay(manager, **{key: value for key, value in options.items() if value is not None})
-    except ConfigurationError as exc:
-        raise UsageError(str(exc)) from exc
-    targets = ", ".join(relay.connections) or "no connection"
-    if args.once:
-        relayed = relay.run_once()
-        log.info("outbox relay: %d job(s) relayed to %s", relayed, targets)
-        return EXIT_OK
-    if threading.current_thread() is threading.main_thread():
-        relay.install_signal_handlers()
-    log.info("outbox relay started: %s to %s", relay.outbox.describe(), targets)
-    stats = relay.run()
-    log.info(
-        "outbox relay stopped: %d relayed, %d duplicate(s) dropped, %d refused", stats.relayed, stats.duplicates,
-        stats.refused,
-    )  # fmt: skip
     return EXIT_OK
 
 

@@ -16,7 +16,6 @@ from .commands import (
     cmd_health,
     cmd_make_job,
     cmd_migrate,
-    cmd_outbox_relay,
     cmd_pause,
     cmd_reclaim,
     cmd_retry,
@@ -25,6 +24,7 @@ from .commands import (
     cmd_status,
     cmd_work,
 )
+from .outbox import cmd_outbox_forget, cmd_outbox_refused, cmd_outbox_relay, cmd_outbox_retry
 
 __all__ = ["Parser", "build_parser", "unrecognized", "COMMANDS"]
 
@@ -68,6 +68,9 @@ COMMANDS: dict[str, Callable[[Frontend, argparse.Namespace, IO[str]], int]] = {
     "queue:health": cmd_health,
     "queue:migrate": cmd_migrate,
     "outbox:relay": cmd_outbox_relay,
+    "outbox:refused": cmd_outbox_refused,
+    "outbox:retry": cmd_outbox_retry,
+    "outbox:forget": cmd_outbox_forget,
     "queue:pause": cmd_pause,
     "queue:continue": cmd_continue,
     "schedule:run": cmd_schedule_run,
@@ -268,6 +271,16 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
         "--batch", type=positive_int, metavar="N", help="rows published and deleted at a time (default: 500)"
     )
     relay.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+
+    refused = command(
+        "outbox:refused", "The outbox's rows set aside because their connection refused their job, oldest first."
+    )
+    refused.add_argument("--limit", type=positive_int, default=50, metavar="N", help="at most N (default: 50)")
+    refused.add_argument("--json", action="store_true", help="print JSON (with each job's envelope) instead")
+    retry_rows = command("outbox:retry", "Put a row set aside (ROW) or all of them back in line for the relay.")
+    retry_rows.add_argument("row", metavar="ROW|all", help="a row's number (see outbox:refused), or 'all'")
+    forget_row = command("outbox:forget", "Delete a row set aside: its job is given up.")
+    forget_row.add_argument("row", metavar="ROW", help="the row's number (see outbox:refused)")
 
     make = command("make:job", "Write a job module and its test.")
     make.add_argument("name", metavar="Name", help="the job class, e.g. SendInvoice")

@@ -88,3 +88,16 @@ for _name, _help in (
     ("continue", "Let workers claim jobs of a paused queue again."),
 ):
     _command(_name, _help)
+
+
+@queue_group.command(
+    "relay",
+    help="Publish the jobs committed to the outbox to their connections until stopped (see rainier-sync outbox:relay).",
+    context_settings=_PASS_THROUGH,
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+@with_appcontext
+def relay_command(ctx: click.Context, args: tuple[str, ...]) -> None:
+    ctx.exit(cli.main(["outbox:relay", *args], frontend=_FRONTEND))

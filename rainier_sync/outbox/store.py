@@ -319,6 +319,11 @@ class Outbox:
         )
         return [Refused(int(seq), str(name), _text(body), str(error)) for seq, name, body, error in rows]
 
+    def refused_by_connection(self) -> dict[str, int]:
+        """Rows set aside, per connection."""
+        rows = self._read(f"SELECT connection, count(*) FROM {OUTBOX} WHERE error IS NOT NULL GROUP BY connection")
+        return {str(name): int(n) for name, n in rows}
+
     def refused_count(self) -> int:
         """Rows set aside."""
         return int(self._read(f"SELECT count(*) FROM {OUTBOX} WHERE error IS NOT NULL")[0][0])
