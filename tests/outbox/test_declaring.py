@@ -299,6 +299,32 @@ def test_a_once_worker_relays_before_it_claims(sqlite_outbox_url: str, redis_tar
     manager.close()
 
 
+def test_a_once_worker_whose_relay_fails_names_the_outbox_and_works_on(
+    sqlite_outbox_url: str, redis_target: BaseQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from rainier_sync.drivers import RedisQueue
+    from tests.support import free_port
+
+    down = RedisQueue.from_url(f"redis://127.0.0.1:{free_port()}/0", connect_timeout_ms=200, response_timeout_ms=200)
+    manager = QueueManager(
+        connections={"fast": redis_target, "down": down}, default="fast", registry=registry(),
+        outbox=Outbox.from_url(sqlite_outbox_url),
+    )  # fmt: skip
+    with closing(sqlite_conn(sqlite_outbox_url)) as conn, conn:
+        manager.pending(Note("stays")).on_connection("down").within(conn).send()
+        manager.pending(Note("runs")).within(conn).send()
+    with caplog.at_level(logging.WARNING, "rainier_sync"):
+        stats = Worker(manager, options=WorkerOptions(once=True, relay=True)).run()
+    assert stats.processed == 1 and ran == ["runs"]
+    [line] = [m for m in caplog.messages if "did not relay everything" in m]
+    assert line.startswith(f"the outbox relay (the outbox in the SQLite database {sqlite_outbox_url[10:]})")
+    assert "connection 'down' (redis" in line and "did not take 1 job(s) (outbox row 1 (job " in line
+    assert not any("queue operation relay on connection" in m for m in caplog.messages)
+    manager.close()
+
+
 def test_a_worker_runs_the_relay_beside_its_loop_and_stops_it(pg_outbox_url: str, redis_target: BaseQueue) -> None:
     from .test_dispatch import raw_connection
 
