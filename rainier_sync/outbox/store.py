@@ -98,6 +98,7 @@ class Outbox:
             self._insert = f"WITH ins AS ({self._insert} RETURNING 1) SELECT pg_notify('{OUTBOX_CHANNEL}', '') FROM ins"
         self._backend_lock = threading.Lock()
         self._opened: _Backend | None = None
+        self._renewing: _Keeper | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Outbox:
@@ -235,6 +236,7 @@ class Outbox:
             now = _clock.now()
             return (token, now + self.lease, *connections, now, limit)
 
+        claimed_at = _clock.monotonic()
         found = self.backend.stamped(
             f"UPDATE {OUTBOX} SET claim = %s, claimed_until = %s WHERE seq IN (SELECT seq FROM {OUTBOX} "
             f"WHERE error IS NULL AND connection IN ({marks}) AND (claimed_until IS NULL OR claimed_until <= %s) "
@@ -245,26 +247,15 @@ class Outbox:
         rows: list[Row] = sorted((int(seq), str(name), _text(body)) for seq, name, body in found)
         if not rows:
             return 0
-
-        def hold(seqs: Sequence[int]) -> set[int]:
-            """Renew the claim on ``seqs`` for another ``lease``: those still this relay's."""
-            if not seqs:
-                return set()
-            held = self.backend.stamped(
-                f"UPDATE {OUTBOX} SET claimed_until = %s WHERE claim = %s AND seq IN ({self._sql.marks(len(seqs))}) "
-                "RETURNING seq",
-                lambda: (_clock.now() + self.lease, token, *seqs),
-                fetch=True,
-            )
-            return {int(seq) for (seq,) in held}
-
+        held = _Claim(token, {seq for seq, _, _ in rows}, claimed_at)
+        keeper = self._keeper()
         done: list[int] = []
         refused: dict[int, str] = {}
-        keeper = _Keeper(self, token)
+        keeper.add(held)
         try:
-            done, refused = publish(rows, hold)
+            done, refused = publish(rows, lambda seqs: keeper.hold(held, seqs))
         finally:
-            keeper.stop()
+            keeper.remove(held)
             published = set(done)
             left = [seq for seq, _, _ in rows if seq not in refused and seq not in published]
 
@@ -362,7 +353,20 @@ class Outbox:
             "(or `rainier-sync queue:migrate`) first"
         )
 
+    def _keeper(self) -> _Keeper:
+        """The thread that renews this outbox's SQLite claims while they are published (started on first use)."""
+        keeper = self._renewing
+        if keeper is None:
+            with self._backend_lock:
+                if self._renewing is None:
+                    self._renewing = _Keeper(self)
+                keeper = self._renewing
+        return keeper
+
     def close(self) -> None:
+        keeper, self._renewing = self._renewing, None
+        if keeper is not None:
+            keeper.stop()
         opened, self._opened = self._opened, None
         if opened is not None:
             opened.db.close()
@@ -382,29 +386,69 @@ def _missing_table(exc: BaseException) -> bool:
     return OUTBOX in text and ("no such table" in text or "does not exist" in text or "1146" in repr(exc.args[:1]))
 
 
+class _Claim:
+    """One SQLite claim being published: its token, the rows it held at its last
+    renewal, and when (monotonic) that renewal was sent."""
+
+    def __init__(self, token: str, held: set[int], renewed_at: float) -> None:
+        self.token = token
+        self.held = held
+        self.renewed_at = renewed_at
+
+
 class _Keeper:
-    """Renews one SQLite claim every quarter of the lease while its rows are being
-    published: a push slower than the lease (a slow server, a long retry) does not
-    let another relay take the rows and publish them too. A relay that dies stops
+    """Renews the SQLite claims of one outbox every quarter of the lease while
+    their rows are published, and before each push unless a renewal was sent
+    less than a quarter of the lease ago: a push slower than the lease (a slow
+    server, a long retry) does not let another relay take the rows and publish
+    them too, and a row whose claim lapsed and was taken over (the relay was
+    paused for longer than the lease) is left out. A relay that dies stops
     renewing, and its rows wait out the lease."""
 
-    def __init__(self, outbox: Outbox, token: str) -> None:
+    def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
-        self._token = token
+        self._claims: dict[str, _Claim] = {}
+        self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rainier-outbox-claim", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="rainier-outbox-claims", daemon=True)
         self._thread.start()
+
+    def add(self, claim: _Claim) -> None:
+        with self._lock:
+            self._claims[claim.token] = claim
+
+    def remove(self, claim: _Claim) -> None:
+        with self._lock:
+            self._claims.pop(claim.token, None)
+
+    def hold(self, claim: _Claim, seqs: Sequence[int]) -> set[int]:
+        """Of ``seqs``, those ``claim`` still holds, renewed for another lease first
+        unless that was done a moment ago."""
+        if _clock.monotonic() - claim.renewed_at < self._outbox.lease / 4:
+            return claim.held.intersection(seqs)
+        self._renew(claim)
+        return claim.held.intersection(seqs)
+
+    def _renew(self, claim: _Claim) -> None:
+        outbox = self._outbox
+        sent = _clock.monotonic()
+        rows = outbox.backend.stamped(
+            f"UPDATE {OUTBOX} SET claimed_until = %s WHERE claim = %s RETURNING seq",
+            lambda: (_clock.now() + outbox.lease, claim.token),
+            fetch=True,
+        )
+        claim.held, claim.renewed_at = {int(seq) for (seq,) in rows}, sent
 
     def _run(self) -> None:
         outbox = self._outbox
         while not self._stopped.wait(outbox.lease / 4):
-            try:
-                outbox.backend.stamped(
-                    f"UPDATE {OUTBOX} SET claimed_until = %s WHERE claim = %s",
-                    lambda: (_clock.now() + outbox.lease, self._token),
-                )
-            except Exception as exc:  # noqa: BLE001 - the next turn tries again; the push checks its rows
-                log.warning("could not renew an outbox claim in %s: %s", outbox.target.label, exc)
+            with self._lock:
+                claims = list(self._claims.values())
+            for claim in claims:
+                try:
+                    self._renew(claim)
+                except Exception as exc:  # noqa: BLE001 - the next turn tries again; the push checks its rows
+                    log.warning("could not renew an outbox claim in %s: %s", outbox.target.label, exc)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -10,7 +10,9 @@ import time
 from contextlib import closing
 from typing import Any, Sequence
 
-from rainier_sync import QueueManager
+import pytest
+
+from rainier_sync import QueueManager, _clock
 from rainier_sync.drivers import RedisQueue
 from rainier_sync.errors import QueueUnavailableError
 from rainier_sync.outbox import Outbox, Relay
@@ -78,10 +80,13 @@ def test_a_push_slower_than_the_lease_keeps_its_rows(sqlite_outbox_url: str, red
     b.close()
 
 
-def test_a_relay_settles_only_the_rows_it_still_holds(sqlite_outbox_url: str, redis_url: str) -> None:
-    """Relay A stalls past its lease (a paused process); relay B takes its rows
-    over and, its Redis down, lets them go. A's late word on them changes nothing:
-    they are neither deleted nor set aside, and A's renewal says it holds none."""
+def test_a_relay_settles_only_the_rows_it_still_holds(
+    sqlite_outbox_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relay A stalls past its lease (a paused process: its claim lapses, its
+    clock moves on); relay B takes its rows over and, its Redis down, lets them
+    go. A's late word on them changes nothing: they are neither deleted nor set
+    aside, and A's renewal before its push says it holds none."""
     up = make_redis(redis_url)
     down = RedisQueue.from_url(f"redis://127.0.0.1:{free_port()}/0", connect_timeout_ms=200, response_timeout_ms=200)
     a = QueueManager(connections={"fast": up}, registry=registry(), outbox=Outbox(sqlite_outbox_url, lease=30))
@@ -94,6 +99,8 @@ def test_a_relay_settles_only_the_rows_it_still_holds(sqlite_outbox_url: str, re
     def stalled(rows: list[tuple[int, str, str]], hold: Any) -> tuple[list[int], dict[int, str]]:
         with closing(sqlite3.connect(sqlite_path(sqlite_outbox_url))) as conn, conn:
             conn.execute("UPDATE rainier_outbox SET claimed_until = 0")  # A's lease lapsed
+        real = _clock._REAL["monotonic"]
+        monkeypatch.setitem(_clock._REAL, "monotonic", lambda: real() + 60)  # and A's time passed
         try:
             Relay(b).run_once()
         except QueueUnavailableError:
