@@ -15,6 +15,7 @@ rows (on SQLite a claim can lapse) and leaves out any it no longer holds.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ..drivers.pushed import pushed_before
@@ -25,14 +26,24 @@ from ..unique import admit_relayed, release_relayed
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
     from ..manager import QueueManager
-    from .relay import RelayStats
     from .store import Hold, Outbox, Row
 
-__all__ = ["Publishing"]
+__all__ = ["Publishing", "RelayStats"]
 
 log = logging.getLogger("rainier_sync")
 
 _Item = tuple[int, QueuedJob]
+
+
+@dataclass
+class RelayStats:
+    """What a relay did: rows ``relayed`` (published and deleted), unique jobs
+    dropped as ``duplicates``, and rows ``refused`` by their connection (set aside
+    in the outbox with the reason)."""
+
+    relayed: int = 0
+    duplicates: int = 0
+    refused: int = 0
 
 
 class Publishing:

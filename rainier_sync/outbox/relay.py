@@ -15,7 +15,6 @@ import logging
 import select
 import signal
 import threading
-from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -24,7 +23,7 @@ from ..drivers.base import Waker
 from ..errors import ConfigurationError, QueueUnavailableError
 from ..types import ExceptionInfo, QueuedJob
 from .dispatch import relayable
-from .publish import Publishing, describe_rows
+from .publish import Publishing, RelayStats, describe_rows
 
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
@@ -37,17 +36,6 @@ log = logging.getLogger("rainier_sync")
 
 #: Rows a relay takes, publishes and deletes at a time (the default).
 BATCH = 500
-
-
-@dataclass
-class RelayStats:
-    """What a relay did: rows ``relayed`` (published and deleted), unique jobs
-    dropped as ``duplicates``, and rows ``refused`` by their connection (set aside
-    in the outbox with the reason)."""
-
-    relayed: int = 0
-    duplicates: int = 0
-    refused: int = 0
 
 
 class Relay(Publishing):
