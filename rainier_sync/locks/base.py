@@ -112,6 +112,14 @@ class LockStore(ABC):
         member seen before changes nothing)."""
         raise self._cannot("keep tallies (tally_settle)")
 
+    def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
+        """:meth:`tally_settle` for several ``(key, member, field, ttl)`` items, in
+        one round trip where the store allows. For each item, in order: every
+        count under its key once all the items were settled, and whether its
+        member was new. This default settles them one by one."""
+        settled = [self.tally_settle(key, member, field, ttl) for key, member, field, ttl in items]
+        return _last_counts(items, settled)
+
     def tally(self, key: str) -> dict[str, int] | None:
         """The counts under ``key``, or None when there are none."""
         raise self._cannot("keep tallies (tally)")
@@ -125,3 +133,11 @@ class LockStore(ABC):
 
     def close(self) -> None:
         """Release connections."""
+
+
+def _last_counts(
+    items: Sequence[tuple[str, str, str, float]], settled: Sequence[tuple[dict[str, int], bool]]
+) -> list[tuple[dict[str, int], bool]]:
+    """Each item's key's counts as the last item of that key left them."""
+    last = {item[0]: counts for item, (counts, _) in zip(items, settled, strict=True)}
+    return [(dict(last[item[0]]), new) for item, (_, new) in zip(items, settled, strict=True)]

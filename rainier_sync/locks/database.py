@@ -4,7 +4,7 @@ PostgreSQL or MariaDB/MySQL, shared by every process that opens the same databas
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from .. import _clock
 from ..drivers.database._connection import MYSQL, SQLITE, DatabaseUrl
@@ -232,6 +232,76 @@ class DatabaseLockStore(LockStore):
             return self._touch(cursor, key, until), new
 
         return self._backend.transaction(settle)
+
+    def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
+        """One transaction for every item: the tallies' rows locked in key order,
+        the new members found by one insert, then one update per count changed."""
+        if not items:
+            return []
+        sql = self._backend.sql
+        ttls: dict[str, float] = {}
+        for key, _, _, ttl in items:
+            ttls[key] = max(ttls.get(key, 0.0), float(ttl))
+        keys = sorted(ttls)
+
+        def settle(cursor: Any) -> list[tuple[dict[str, int], bool]]:
+            for key in keys:
+                self._lock_rows(cursor, key)
+            now = _clock.now()
+            news = self._insert_members(cursor, items, now, ttls)
+            deltas: dict[tuple[str, str], int] = {}
+            for (key, _, field, _), new in zip(items, news, strict=True):
+                if new:
+                    deltas[(key, field)] = deltas.get((key, field), 0) + 1
+                    deltas[(key, "pending")] = deltas.get((key, "pending"), 0) - 1
+            update = sql(f"UPDATE {TALLIES} SET n = n + %s WHERE tally_key = %s AND field = %s")
+            for (key, name), n in sorted(deltas.items()):
+                if n == 0:
+                    continue
+                cursor.execute(update, (n, key, name))
+                if cursor.rowcount == 0:  # a count the tally did not start with
+                    cursor.execute(
+                        sql(self._insert_absent(TALLIES, "tally_key, field, n, expires_at", "%s, %s, 0, %s")),
+                        (key, name, now + ttls[key]),
+                    )
+                    cursor.execute(update, (n, key, name))
+            counts = {key: self._touch(cursor, key, now + ttls[key]) for key in keys}
+            return [(dict(counts[item[0]]), new) for item, new in zip(items, news, strict=True)]
+
+        return self._backend.transaction(settle)
+
+    def _insert_members(
+        self, cursor: Any, items: Sequence[tuple[str, str, str, float]], now: float, ttls: dict[str, float]
+    ) -> list[bool]:
+        """Insert each item's member where absent; whether each was new (a member
+        twice in ``items`` is new the first time only)."""
+        sql = self._backend.sql
+        if self.dialect == MYSQL:  # no INSERT ... RETURNING: one insert each
+            news = []
+            for key, member, _, _ in items:
+                cursor.execute(
+                    sql(self._insert_absent(TALLY_MEMBERS, "tally_key, member, expires_at", "%s, %s, %s")),
+                    (key, member, now + ttls[key]),
+                )
+                news.append(cursor.rowcount == 1)
+            return news
+        inserted: set[tuple[str, str]] = set()
+        for start in range(0, len(items), 300):
+            part = items[start : start + 300]
+            values = ", ".join(["(%s, %s, %s)"] * len(part))
+            cursor.execute(
+                sql(
+                    f"INSERT INTO {TALLY_MEMBERS} (tally_key, member, expires_at) VALUES {values} "
+                    "ON CONFLICT DO NOTHING RETURNING tally_key, member"
+                ),
+                [value for key, member, _, _ in part for value in (key, member, now + ttls[key])],
+            )
+            inserted.update((str(key), str(member)) for key, member in cursor.fetchall())
+        news = []
+        for key, member, _, _ in items:
+            news.append((key, member) in inserted)
+            inserted.discard((key, member))
+        return news
 
     def _lock_rows(self, cursor: Any, key: str) -> None:
         """Lock a tally's rows first, in one order, so two changes of one tally

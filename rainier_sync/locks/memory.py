@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
 from .. import _clock
 from .base import LockStore
@@ -151,6 +151,19 @@ class MemoryLockStore(LockStore):
                 held[field] = held.get(field, 0) + 1
                 held["pending"] = held.get("pending", 0) - 1
             return dict(held), new
+
+    def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
+        with self._mutex:
+            news: list[bool] = []
+            for key, member, field, ttl in items:
+                held, members = self._tally(key, ttl)
+                new = member not in members
+                if new:
+                    members.add(member)
+                    held[field] = held.get(field, 0) + 1
+                    held["pending"] = held.get("pending", 0) - 1
+                news.append(new)
+            return [(dict(self._tallies[key][0]), new) for (key, _, _, _), new in zip(items, news, strict=True)]
 
     def tally(self, key: str) -> dict[str, int] | None:
         with self._mutex:

@@ -64,6 +64,7 @@ class RedisLockStore(LockStore):
         self._count = client.register_script(source("lock_count"))
         self._tally_add = client.register_script(source("tally_add"))
         self._tally_settle = client.register_script(source("tally_settle"))
+        self._tally_settle_many = client.register_script(source("tally_settle_many"))
         self._policy = _Reconnect()
 
     @classmethod
@@ -258,6 +259,26 @@ class RedisLockStore(LockStore):
             f"tally {key!r}", lambda: self._tally_settle(keys=keys, args=[member, field, _ttl_ms(ttl, key)])
         )
         return _counts(reply[1:]), bool(reply[0])
+
+    def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
+        """One script per tally (one round trip for the items of one batch)."""
+        by_key: dict[str, list[int]] = {}
+        for index, (key, _, _, _) in enumerate(items):
+            by_key.setdefault(key, []).append(index)
+        out: list[tuple[dict[str, int], bool]] = [({}, False)] * len(items)
+        for key, indexes in by_key.items():
+            args: list[Any] = [_ttl_ms(max(items[i][3] for i in indexes), key)]
+            for i in indexes:
+                args += [items[i][1], items[i][2]]
+            keys = self._tally_keys(key)
+            reply: Any = self._call(
+                f"tally {key!r}", lambda: self._tally_settle_many(keys=keys, args=args)  # noqa: B023
+            )
+            n = int(reply[0])
+            counts = _counts(reply[1 + n :])
+            for i, new in zip(indexes, reply[1 : 1 + n], strict=True):
+                out[i] = (dict(counts), bool(new))
+        return out
 
     def tally(self, key: str) -> dict[str, int] | None:
         got: Any = self._call(f"tally {key!r}", lambda: self._client.hgetall(self._tally_keys(key)[0]))

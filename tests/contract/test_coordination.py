@@ -184,6 +184,50 @@ def test_a_tally_settled_from_many_threads_is_exact(store: LockStore) -> None:
     assert store.tally(name) == {"total": 40, "pending": 0, "processed": 40, "failed": 0}
 
 
+def test_many_members_of_several_tallies_settle_at_once_each_once(store: LockStore) -> None:
+    first, second = key(), key()
+    store.tally_add(first, {"total": 4, "pending": 4, "processed": 0, "failed": 0}, 3600)
+    store.tally_add(second, {"total": 2, "pending": 2, "processed": 0, "failed": 0}, 3600)
+    store.tally_settle(first, "job-1", "processed", 3600)
+    # job-1 was settled before; job-2 comes twice; "skipped" is a count the tally did not start with
+    items = [
+        (first, "job-1", "processed", 3600.0),
+        (first, "job-2", "failed", 3600.0),
+        (second, "job-9", "processed", 3600.0),
+        (first, "job-2", "failed", 3600.0),
+        (first, "job-3", "skipped", 3600.0),
+    ]
+    settled = store.tally_settle_many(items)
+    assert [new for _, new in settled] == [False, True, True, False, True]
+    after_first = {"total": 4, "pending": 1, "processed": 1, "failed": 1, "skipped": 1}
+    after_second = {"total": 2, "pending": 1, "processed": 1, "failed": 0}
+    assert [counts for counts, _ in settled] == [after_first, after_first, after_second, after_first, after_first]
+    assert store.tally(first) == after_first and store.tally(second) == after_second
+    assert store.tally_settle_many([]) == []
+    assert store.tally_settle_many(items[:2]) == [(after_first, False), (after_first, False)], "settled once"
+
+
+def test_a_tally_settled_in_rounds_from_many_threads_is_exact(store: LockStore) -> None:
+    name = key()
+    store.tally_add(name, {"total": 60, "pending": 60, "processed": 0, "failed": 0}, 3600)
+    news: list[bool] = []
+    barrier = threading.Barrier(3)
+
+    def settle(offset: int) -> None:
+        barrier.wait()
+        for start in range(0, 60, 12):  # every thread settles every member, 12 at a time
+            items = [(name, f"job-{(n + offset) % 60}", "processed", 3600.0) for n in range(start, start + 12)]
+            news.extend(new for _, new in store.tally_settle_many(items))
+
+    threads = [threading.Thread(target=settle, args=(i * 20,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert news.count(True) == 60
+    assert store.tally(name) == {"total": 60, "pending": 0, "processed": 60, "failed": 0}
+
+
 @dataclass
 class Tick(Job):
     NAME = "tests.contract.tick"
