@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .locks.base import LockStore
     from .pending import Dispatcher
 
-__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "CANCEL_LOOKUP", "RETENTION"]
+__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "CANCEL_LOOKUP", "RETENTION"]
 
 #: Seconds a batch is kept after its last change (the default).
 RETENTION = 7 * 86400.0
@@ -277,25 +277,51 @@ def settle(
     locks: LockStore | None, dispatcher: Dispatcher | None, queued: QueuedJob, field: str
 ) -> dict[str, int] | None:
     """Count ``queued`` (a job of a batch) as ``processed``, ``failed`` or
-    ``skipped`` and queue what its batch's counts call for."""
-    batch_id = str((queued.meta or {}).get("batch"))
+    ``skipped`` and queue what its batch's counts call for; its batch's counts."""
+    return settle_many(locks, dispatcher, [(queued, field)]).get(str((queued.meta or {}).get("batch")))
+
+
+def settle_many(
+    locks: LockStore | None, dispatcher: Dispatcher | None, finished: Sequence[tuple[QueuedJob, str]]
+) -> dict[str, dict[str, int]]:
+    """Count each finished job of a batch (``(job, field)``, field ``processed``,
+    ``failed`` or ``skipped``) in one round trip of the store, then queue what each
+    batch's counts call for; the counts by batch id. Raises when the store (or a
+    callback's queue) fails: calling it again counts nothing twice."""
+    if not finished:
+        return {}
     if locks is None:
         raise ConfigurationError("this job belongs to a batch, and its worker has no lock store to count it in")
-    record = _record(locks, batch_id)
-    if record is None:
-        return None  # the batch expired (or was never recorded): nothing to count
-    retention = float(record.get("retention", RETENTION))
-    counts, new = locks.tally_settle(batch_key(batch_id), queued.id, field, retention)
-    if field == "failed" and new:
-        if not record.get("allow_failures") and not counts.get("cancelled"):
-            counts = locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
-            BatchGuard.note(batch_id, True)
-        _callback(dispatcher, batch_id, record, "catch")
-    if counts.get("pending", 1) <= 0:
-        if counts.get("failed", 0) == 0 and counts.get("skipped", 0) == 0:
-            _callback(dispatcher, batch_id, record, "then")
-        _callback(dispatcher, batch_id, record, "finally")
-    return counts
+    records: dict[str, dict[str, Any]] = {}
+    items: list[tuple[str, str, str, float]] = []
+    for queued, field in finished:
+        batch_id = str((queued.meta or {}).get("batch"))
+        record = records[batch_id] if batch_id in records else _record(locks, batch_id)
+        if record is None:
+            continue  # the batch expired (or was never recorded): nothing to count
+        records[batch_id] = record
+        items.append((batch_key(batch_id), queued.id, field, float(record.get("retention", RETENTION))))
+    settled = locks.tally_settle_many(items) if items else []
+    counted: dict[str, dict[str, int]] = {}
+    failed: set[str] = set()
+    for (key, _, field, _), (counts, _) in zip(items, settled, strict=True):
+        batch_id = key[len("batch:") :]
+        counted[batch_id] = counts
+        if field == "failed":  # new or not: a crash may have come between its count and its catch
+            failed.add(batch_id)
+    for batch_id, counts in counted.items():
+        record = records[batch_id]
+        if batch_id in failed:
+            if not record.get("allow_failures") and not counts.get("cancelled"):
+                retention = float(record.get("retention", RETENTION))
+                counts = counted[batch_id] = locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
+                BatchGuard.note(batch_id, True)
+            _callback(dispatcher, batch_id, record, "catch")
+        if counts.get("pending", 1) <= 0:
+            if counts.get("failed", 0) == 0 and counts.get("skipped", 0) == 0:
+                _callback(dispatcher, batch_id, record, "then")
+            _callback(dispatcher, batch_id, record, "finally")
+    return counted
 
 
 def _callback(dispatcher: Dispatcher | None, batch_id: str, record: dict[str, Any], which: str) -> None:
@@ -323,8 +349,7 @@ class BatchGuard:
 
     def handle(self, job: Job, context: JobContext, call_next: Callable[[], None]) -> None:
         if self.locks is not None and self._cancelled(self.locks):
-            settle(self.locks, self.dispatcher, self.queued, "skipped")
-            context.skip(f"batch {self.batch_id} was cancelled")
+            context.skip(f"batch {self.batch_id} was cancelled")  # counted as skipped by its executor
             return
         call_next()
 

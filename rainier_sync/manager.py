@@ -250,6 +250,17 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         unique locks taken here, ids as ``dispatch_many`` gives them."""
         return self._send(connection, jobs, within=within)
 
+    def stage_queued(self, connection: str | None, jobs: list[QueuedJob]) -> None:
+        """What a dispatch does before its driver stores jobs, for jobs a driver
+        stores in a transaction of its own (a chain's next link, inserted as its
+        worker acknowledges the link before it): the ``job_dispatching`` signal,
+        the pending marks of jobs that keep results. Not for unique jobs, whose
+        locks only :meth:`send_queued` takes."""
+        if signals.job_dispatching.receivers:
+            signals.emit(signals.job_dispatching, self, jobs=jobs, connection=connection or self.default)
+        if self.registry.keeping_results() and self._keeps(jobs):
+            self._mark_pending(jobs)
+
     def route_sends(self, router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None) -> None:
         """Hand every dispatch of this manager to ``router(connection, jobs)``
         instead of its drivers (None: stop). A timeout child routes its jobs'

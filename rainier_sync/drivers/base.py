@@ -229,6 +229,9 @@ class Capabilities:
     migrations: bool = False
     #: :meth:`Inspector.list_jobs` and :meth:`Inspector.find_job` read the jobs stored, not only their counts.
     listing: bool = False
+    #: :meth:`Consumer.acknowledge_handing_over` and :meth:`Consumer.fail_handing_over` store jobs
+    #: in the transaction that settles another (a chain's next link, its catch job).
+    hands_over: bool = False
 
 
 def _refuse(driver: Any, capability: str, what: str) -> CapabilityError:
@@ -319,6 +322,19 @@ class Consumer(ABC):
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Move a reserved job to the failed store."""
 
+    def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:
+        """Acknowledge ``job`` and store ``follow`` in the same transaction, only
+        if ``job`` was still held by this reservation: both happen or neither
+        (``Capabilities.hands_over``). Sent again after a failure, it stores nothing twice."""
+        raise _refuse(self, "hands_over", "store jobs in the transaction that acknowledges one")
+
+    def fail_handing_over(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
+        """:meth:`fail` ``job`` and store ``follow`` in the same transaction, only if
+        ``job`` was still held (``Capabilities.hands_over``)."""
+        raise _refuse(self, "hands_over", "store jobs in the transaction that fails one")
+
     @abstractmethod
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Renew the reservations of running jobs for ``seconds`` (default: the
@@ -380,6 +396,14 @@ class SharedSession(ConsumerSession):
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         return self.driver.fail(job, error)
+
+    def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:
+        self.driver.acknowledge_handing_over(job, follow)
+
+    def fail_handing_over(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
+        return self.driver.fail_handing_over(job, error, follow)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         self.driver.extend(jobs, seconds)

@@ -81,6 +81,8 @@ class Worker(Control):
                     "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
                 )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self, dispatcher=manager)
+        self.executor.in_rounds = True  # the owning loop counts jobs of batches a round at a time (settle.py)
+        self.executor.hands_over = self.driver if capabilities.hands_over else None
         #: Dispatches the manager's periodic jobs as they fall due (``WorkerOptions.schedule``).
         self.scheduler = Scheduler(manager, self.connection_name) if self.options.schedule else None
         self.stats = WorkerStats()

@@ -1,10 +1,11 @@
 """What a worker has claimed, from the claim to its settlement.
 
 Pool threads append finished attempts to :attr:`Claims.done`; the owning loop
-collects them and applies them to the backend: acknowledgements in batches
-(with the next claim, where the driver can do both in one round trip), every
-other outcome one call each. A settle that fails half-way repeats only what
-is left, so no job is failed or announced twice.
+collects them and applies them to the backend: first the counts of the jobs of
+batches among them, all in one round trip of the lock store; then
+acknowledgements in batches (with the next claim, where the driver can do both
+in one round trip), every other outcome one call each. A settle that fails
+half-way repeats only what is left, so no job is failed or announced twice.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import collections
 import logging
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from ..batch import settle_many
 from ..execution import DEFERRED, FAILED, INTERRUPTED, PROCESSED, RELEASED, SKIPPED, Completion, Executor
 from ..types import QueuedJob
 from .options import WorkerStats
@@ -139,18 +141,38 @@ class Claims:
         self.announce(acks)
         return True
 
+    def _count_in_batches(self, completions: list[Completion]) -> bool:
+        """Settle the batch counts of every finished job of a batch in this round
+        at once, before any of them is applied; False (all kept) when the store failed."""
+        due = [c for c in completions if c.batch is not None]
+        if not due:
+            return True
+        executor = self._executor
+        try:
+            settle_many(executor.locks, executor.dispatcher, [(c.job, c.batch or "") for c in due])
+        except Exception as exc:  # noqa: BLE001 - kept and counted again: a job id counts once
+            self._report("batch", exc)
+            return False
+        for completion in due:
+            completion.batch = None
+        return True
+
     def _apply_others(self) -> list[Completion] | None:
-        """Release or fail the attempts that did not succeed, one call each; returns
-        the successful ones, left to acknowledge in a batch (None when the backend failed)."""
+        """Count the round's jobs of batches, then release or fail the attempts that
+        did not succeed (and acknowledge those that hand over), one call each; returns
+        the other successful ones, left to acknowledge in a batch (None when the backend failed)."""
         batch, self.unsettled = self.unsettled, []
-        acks = [c for c in batch if c.outcome is PROCESSED]
+        if not self._count_in_batches(batch):
+            self.unsettled = batch
+            return None
+        acks = [c for c in batch if c.outcome is PROCESSED and not c.follow]
         if len(acks) == len(batch):
             return acks
         applied: list[Completion] = []
         session = self._session()
         try:
             for completion in batch:
-                if completion.outcome is not PROCESSED:
+                if completion.outcome is not PROCESSED or completion.follow:
                     self._executor.apply(session, completion)
                     applied.append(completion)
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _clock, signals
 from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
-from ..execution import INTERRUPTED, PROCESSED, Completion, Executor, decided
+from ..execution import INTERRUPTED, PROCESSED, Completion, Executor
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 from .child import ForkServer, flush_stdio, kill_group
 from .children import _Child, _describe_status
@@ -317,7 +317,7 @@ class Supervisor:
         if done:
             return done[0]
         assert context.decision is not None, "the middleware neither ran the attempt nor deferred or skipped it"
-        return decided(queued, context.decision, _clock.monotonic() - started)
+        return executor.decided(queued, context.decision, _clock.monotonic() - started)
 
     def _in_child(
         self,

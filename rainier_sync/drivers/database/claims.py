@@ -286,6 +286,23 @@ class Claims(DatabaseCore):
             where, params = self._held(jobs[start : start + 500])
             self._worker.execute(f"DELETE FROM {JOBS} WHERE {where}", params)
 
+    def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:
+        """Delete ``job``'s row and insert ``follow`` in one transaction, only when
+        the delete found the row still held by ``job``'s claim: a reservation that
+        lapsed and was claimed again leaves the hand-over to the run that holds it,
+        and a transaction sent again after its commit's reply was lost stores nothing."""
+        where, params = self._held([job])
+        delete = self._sql(f"DELETE FROM {JOBS} WHERE {where}")
+
+        def settle(cursor: Any) -> None:
+            cursor.execute(delete, params)
+            if cursor.rowcount == 1:
+                self._insert_follow(cursor, follow)
+
+        self._worker.transaction(settle)
+        if follow:
+            self._wake_local()
+
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
         """Unstarted jobs are free again at once, their attempt uncounted: one
         transaction, so a failure leaves every one of them still reserved."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from ... import _clock
 from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info, decode, encode
@@ -15,6 +15,18 @@ class FailedTable(DatabaseCore):
     """Failed jobs, each kept once by id, until retried or forgotten."""
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        return self._fail(job, error, ())
+
+    def fail_handing_over(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
+        """Move ``job`` to the failed store and insert ``follow`` in one transaction,
+        only when ``job`` was still there to move."""
+        return self._fail(job, error, follow)
+
+    def _fail(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
         info = as_exception_info(error)
         stored = replace(job, connection=self.connection, receipt=None)
         when: list[float] = []
@@ -46,8 +58,11 @@ class FailedTable(DatabaseCore):
                     when[0],
                 ),
             )
+            self._insert_follow(cursor, follow)
 
         self._worker.transaction(move)
+        if follow:
+            self._wake_local()
         return FailedJob.of(stored, info, when[0])
 
     def _failed_from_row(self, row: tuple[Any, ...]) -> FailedJob:
