@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import _clock
-from ..drivers.database._connection import MYSQL, SQLITE, DatabaseUrl
+from ..drivers.database._connection import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl
 from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, TALLIES, TALLY_MEMBERS, VALUES, WINDOWS, migrate
 from ..drivers.database.backend import _Backend
 from ..types import float_text
+from ._pg_tally import SETTLE, read_settled, settle_params
 from .base import LockStore
 
 __all__ = ["DatabaseLockStore"]
@@ -209,6 +210,8 @@ class DatabaseLockStore(LockStore):
         return self._backend.transaction(add)
 
     def tally_settle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        if self.dialect == POSTGRESQL:  # one statement, whose steps take the rows in the order every change does
+            return self.tally_settle_many([(key, member, field, ttl)])[0]
         sql, ttl = self._backend.sql, float(ttl)
 
         def settle(cursor: Any) -> tuple[dict[str, int], bool]:
@@ -235,9 +238,13 @@ class DatabaseLockStore(LockStore):
 
     def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
         """One transaction for every item: the tallies' rows locked in key order,
-        the new members found by one insert, then one update per count changed."""
+        the new members found by one insert, then one update per count changed.
+        On PostgreSQL one statement (:mod:`._pg_tally`)."""
         if not items:
             return []
+        if self.dialect == POSTGRESQL:
+            rows = self._backend.stamped(SETTLE, lambda: settle_params(items, _clock.now()), fetch=True)
+            return read_settled(rows, items)
         sql = self._backend.sql
         ttls: dict[str, float] = {}
         for key, _, _, ttl in items:
@@ -306,8 +313,10 @@ class DatabaseLockStore(LockStore):
     def _lock_rows(self, cursor: Any, key: str) -> None:
         """Lock a tally's rows first, in one order, so two changes of one tally
         (settling different fields) wait for each other instead of deadlocking."""
+        # PostgreSQL: ``pending`` first, as its one-statement settle takes them.
+        order = "field <> 'pending', field" if self.dialect == POSTGRESQL else "field"
         cursor.execute(
-            self._backend.sql(f"SELECT field FROM {TALLIES} WHERE tally_key = %s ORDER BY field{self._for_update}"),
+            self._backend.sql(f"SELECT field FROM {TALLIES} WHERE tally_key = %s ORDER BY {order}{self._for_update}"),
             (key,),
         )
         cursor.fetchall()
