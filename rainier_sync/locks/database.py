@@ -4,13 +4,15 @@ PostgreSQL or MariaDB/MySQL, shared by every process that opens the same databas
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import threading
+from typing import Any, Callable, Sequence
 
 from .. import _clock
 from ..drivers.database._connection import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl
 from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, TALLIES, TALLY_MEMBERS, VALUES, WINDOWS, migrate
 from ..drivers.database.backend import _Backend
 from ..types import float_text
+from ._pg_listen import ValueListener, notifying_key
 from ._pg_tally import SETTLE, read_settled, settle_params
 from .base import LockStore
 
@@ -43,6 +45,9 @@ class DatabaseLockStore(LockStore):
         self._backend: _Backend = _backend
         self._owns_connection = url is not None
         self.dialect = self._backend.dialect
+        #: The LISTEN connection of ``wait_value`` on PostgreSQL, opened by the first wait.
+        self._listener: ValueListener | None = None
+        self._listener_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> DatabaseLockStore:
@@ -182,6 +187,8 @@ class DatabaseLockStore(LockStore):
                 f"INSERT INTO {VALUES} (value_key, value, expires_at) VALUES (%s, %s, %s) "
                 "ON CONFLICT (value_key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at"
             )
+            if self.dialect == POSTGRESQL:  # waiters wake on commit (and only then)
+                sql = f"WITH put AS ({sql} RETURNING value_key) SELECT {notifying_key('value_key')} FROM put"
         self._backend.stamped(sql, lambda: (key, value, _clock.now() + ttl))
 
     def get_value(self, key: str) -> str | None:
@@ -189,6 +196,29 @@ class DatabaseLockStore(LockStore):
             f"SELECT value FROM {VALUES} WHERE value_key = %s AND expires_at > %s", lambda: (key, _clock.now())
         )
         return str(rows[0][0]) if rows else None
+
+    def wait_value(self, key: str, timeout: float, done: Callable[[str | None], bool]) -> str | None:
+        """On PostgreSQL woken by ``NOTIFY`` (:mod:`._pg_listen`); it polls behind a
+        transaction-pooling proxy (``listen=false``) and on the other dialects."""
+        if self.dialect != POSTGRESQL or not self._backend.target.listen:
+            return super().wait_value(key, timeout, done)
+        deadline = _clock.monotonic() + max(0.0, timeout)
+        value = self.get_value(key)
+        if done(value) or timeout <= 0:
+            return value
+        listener = self._listener
+        if listener is None:
+            with self._listener_lock:
+                listener = self._listener = self._listener or ValueListener(self._backend.db)
+        with listener.watching(key):
+            listener.listen()  # listening before the next read: a put after it wakes the wait
+            while True:
+                mark = listener.mark(key)
+                value = self.get_value(key)
+                left = deadline - _clock.monotonic()
+                if done(value) or left <= 0:
+                    return value
+                listener.wait(key, mark, min(left, 1.0))
 
     # -- tallies: each change one transaction holding the tally's rows
     def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
@@ -351,5 +381,7 @@ class DatabaseLockStore(LockStore):
         return f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         if self._owns_connection:
             self._backend.db.close()
