@@ -165,12 +165,12 @@ class PendingBatch:
             if record.get(which) is not None:
                 queued = manager.build(record[which])
                 record[which] = [manager.default, queued.to_wire()]
-        zero = dict.fromkeys(_COUNTS, 0)
-        locks.tally_add(batch_key(batch_id), zero, self._retention)
+        counts = {**dict.fromkeys(_COUNTS, 0), "total": len(self._jobs), "pending": len(self._jobs)}
+        locks.tally_add(batch_key(batch_id), counts, self._retention)
         locks.put_value(batch_key(batch_id), encode(record), self._retention)
         locks.set_flag(BATCHES, batch_id, True)
-        _queue(manager, batch_id, record, self._jobs)
-        return read(manager, batch_id) or Batch(batch_id, record, zero, manager)
+        _queue(manager, batch_id, record, self._jobs, counted=True)
+        return read(manager, batch_id) or Batch(batch_id, record, counts, manager)
 
 
 def _check_jobs(manager: Any, jobs: list[Any], what: str = "job") -> None:
@@ -194,22 +194,18 @@ def _locks(manager: Any) -> LockStore:
 
 
 def _queue(
-    manager: Any, batch_id: str, record: dict[str, Any], jobs: list[Job], *, add: bool = False
+    manager: Any, batch_id: str, record: dict[str, Any], jobs: list[Job], *, counted: bool = False
 ) -> list[str | None]:
-    """Count ``jobs`` into the batch, then queue them (counted first: a job that
-    finishes at once must find itself counted)."""
+    """Count ``jobs`` into the batch (unless ``counted`` already), then queue them
+    as ``dispatch_many`` does (counted first: a job that finishes at once must
+    find itself counted)."""
     if not jobs:
         return []
-    _check_jobs(manager, jobs)
-    locks = _locks(manager)
-    built = [manager.build(job, queue=record.get("queue")) for job in jobs]
-    for queued in built:
-        queued.meta = {**(queued.meta or {}), "batch": batch_id}
-    retention = float(record.get("retention", RETENTION))
-    locks.tally_add(batch_key(batch_id), {"total": len(built), "pending": len(built)}, retention)
-    ids: list[str | None] = []
-    for start in range(0, len(built), 1000):
-        ids.extend(manager.send_queued(manager.default, built[start : start + 1000]))
+    if not counted:
+        _check_jobs(manager, jobs)
+        retention = float(record.get("retention", RETENTION))
+        _locks(manager).tally_add(batch_key(batch_id), {"total": len(jobs), "pending": len(jobs)}, retention)
+    ids: list[str | None] = manager._dispatch_many(jobs, queue=record.get("queue"), meta={"batch": batch_id})
     return ids
 
 
@@ -335,23 +331,11 @@ def _callback(dispatcher: Dispatcher | None, batch_id: str, record: dict[str, An
 
 
 class BatchGuard:
-    """Skips a job of a cancelled batch (counted as skipped): the middleware the
-    executor puts first for a job of a batch."""
+    """Whether a batch was cancelled, as this process last looked it up: the
+    executor skips a job of a cancelled batch before it runs (counted as skipped)."""
 
     _seen: dict[str, tuple[float, bool]] = {}
     _mutex = threading.Lock()
-
-    def __init__(self, locks: LockStore | None, dispatcher: Dispatcher | None, queued: QueuedJob) -> None:
-        self.locks = locks
-        self.dispatcher = dispatcher
-        self.queued = queued
-        self.batch_id = str((queued.meta or {}).get("batch"))
-
-    def handle(self, job: Job, context: JobContext, call_next: Callable[[], None]) -> None:
-        if self.locks is not None and self._cancelled(self.locks):
-            context.skip(f"batch {self.batch_id} was cancelled")  # counted as skipped by its executor
-            return
-        call_next()
 
     @classmethod
     def note(cls, batch_id: str, cancelled: bool) -> None:
@@ -359,19 +343,22 @@ class BatchGuard:
         with cls._mutex:
             cls._seen[batch_id] = (_clock.monotonic(), cancelled)
 
-    def _cancelled(self, locks: LockStore) -> bool:
+    @classmethod
+    def skip_reason(cls, locks: LockStore | None, batch_id: str) -> str | None:
+        """Why a job of ``batch_id`` is skipped (its batch was cancelled), or None;
+        looked up in ``locks`` at most every :data:`CANCEL_LOOKUP` seconds."""
+        if locks is None:
+            return None
         now = _clock.monotonic()
-        with self._mutex:
-            seen = self._seen.get(self.batch_id)
-        if seen is not None and now - seen[0] < CANCEL_LOOKUP:
-            return seen[1]
-        counts = locks.tally(batch_key(self.batch_id)) or {}
-        cancelled = bool(counts.get("cancelled", 0))
-        with self._mutex:
-            if len(self._seen) > 10_000:
-                self._seen.clear()
-            self._seen[self.batch_id] = (now, cancelled)
-        return cancelled
+        seen = cls._seen.get(batch_id)  # a dict read is atomic; the writes hold the mutex
+        if seen is None or now - seen[0] >= CANCEL_LOOKUP:
+            counts = locks.tally(batch_key(batch_id)) or {}
+            seen = (now, bool(counts.get("cancelled", 0)))
+            with cls._mutex:
+                if len(cls._seen) > 10_000:
+                    cls._seen.clear()
+                cls._seen[batch_id] = seen
+        return f"batch {batch_id} was cancelled" if seen[1] else None
 
 
 def loader(manager: Any, batch_id: str) -> Callable[[], Batch | None]:

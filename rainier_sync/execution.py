@@ -192,7 +192,9 @@ class Executor:
             with self.attempt_context(queued):
                 job = self.build(queued)
                 chain = self.chain(queued, job)
-                if chain:
+                if self.skipped_batch(queued, context):
+                    pass
+                elif chain:
                     built = job
                     self.through(chain, job, context, lambda: returned.append(built.handle(context)))
                 else:
@@ -221,12 +223,20 @@ class Executor:
         that must run once (a schedule's tick, a chain's link)."""
         chain = list(job.middleware())
         meta = queued.meta
-        if meta:
-            if "batch" in meta:
-                chain.insert(0, BatchGuard(self.locks, self.dispatcher, queued))
-            if "once" in meta or "tick" in meta:
-                chain.insert(0, OnceGuard(self.locks, meta))
+        if meta and ("once" in meta or "tick" in meta):
+            chain.insert(0, OnceGuard(self.locks, meta))
         return chain
+
+    def skipped_batch(self, queued: QueuedJob, context: JobContext) -> bool:
+        """Skip a job of a cancelled batch before anything of it runs; True when skipped."""
+        meta = queued.meta
+        if not meta or "batch" not in meta:
+            return False
+        reason = BatchGuard.skip_reason(self.locks, str(meta["batch"]))
+        if reason is None:
+            return False
+        context.skip(reason)
+        return True
 
     def through(self, chain: list[Any], job: Job, context: JobContext, last: Callable[[], None]) -> None:
         """Run ``last`` (the attempt itself) inside ``chain``, outermost first. A
