@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from .locks.base import LockStore
     from .pending import Dispatcher
 
-__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "CANCEL_LOOKUP", "RETENTION"]
+__all__ = [
+    "Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "call_back", "records_of", "CANCEL_LOOKUP", "RETENTION"
+]
 
 #: Seconds a batch is kept after its last change (the default).
 RETENTION = 7 * 86400.0
@@ -305,19 +307,48 @@ def settle_many(
         counted[batch_id] = counts
         if field == "failed":  # new or not: a crash may have come between its count and its catch
             failed.add(batch_id)
+
+    def cancel(batch_id: str, retention: float) -> dict[str, int]:
+        return locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)  # type: ignore[union-attr]
+
+    call_back(dispatcher, records, counted, failed, cancel)
+    return counted
+
+
+def call_back(
+    dispatcher: Dispatcher | None,
+    records: dict[str, dict[str, Any]],
+    counted: dict[str, dict[str, int]],
+    failed: set[str],
+    cancel: Callable[[str, float], dict[str, int]],
+) -> None:
+    """Queue what each batch's counts (``counted``, by batch id) call for, the
+    batches of ``failed`` having just counted a failure: ``catch`` (and, without
+    ``allow_failures``, ``cancel(batch_id, retention)``, its counts after), then
+    ``then`` and ``finally`` once nothing is pending. ``counted`` is updated."""
     for batch_id, counts in counted.items():
         record = records[batch_id]
         if batch_id in failed:
             if not record.get("allow_failures") and not counts.get("cancelled"):
-                retention = float(record.get("retention", RETENTION))
-                counts = counted[batch_id] = locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
+                counts = counted[batch_id] = cancel(batch_id, float(record.get("retention", RETENTION)))
                 BatchGuard.note(batch_id, True)
             _callback(dispatcher, batch_id, record, "catch")
         if counts.get("pending", 1) <= 0:
             if counts.get("failed", 0) == 0 and counts.get("skipped", 0) == 0:
                 _callback(dispatcher, batch_id, record, "then")
             _callback(dispatcher, batch_id, record, "finally")
-    return counted
+
+
+def records_of(locks: LockStore, jobs: Sequence[QueuedJob]) -> dict[str, dict[str, Any]]:
+    """The records of these jobs' batches still kept, by batch id."""
+    records: dict[str, dict[str, Any]] = {}
+    for queued in jobs:
+        batch_id = str((queued.meta or {}).get("batch"))
+        if batch_id not in records:
+            record = _record(locks, batch_id)
+            if record is not None:
+                records[batch_id] = record
+    return records
 
 
 def _callback(dispatcher: Dispatcher | None, batch_id: str, record: dict[str, Any], which: str) -> None:

@@ -238,6 +238,13 @@ def _refuse(driver: Any, capability: str, what: str) -> CapabilityError:
     return CapabilityError(f"{type(driver).__name__} ({driver.describe()}) cannot {what} (capability {capability!r})")
 
 
+def _cannot_count(driver: Any) -> CapabilityError:
+    return CapabilityError(
+        f"{type(driver).__name__} cannot count the jobs of batches with their acknowledgements "
+        "(counts_batches_of says so first)"
+    )
+
+
 class Producer(ABC):
     """The producer side of the port: storing jobs."""
 
@@ -335,6 +342,34 @@ class Consumer(ABC):
         ``job`` was still held (``Capabilities.hands_over``)."""
         raise _refuse(self, "hands_over", "store jobs in the transaction that fails one")
 
+    def counts_batches_of(self, store: Any) -> bool:
+        """Whether ``store`` (a lock store) keeps its batches' tallies in this
+        driver's own backend, so that :meth:`acknowledge_counting` and
+        :meth:`settle_counting` count the jobs of batches in the transactions
+        that settle them. The default: no (the worker counts them in the store)."""
+        return False
+
+    def acknowledge_counting(
+        self,
+        done: Sequence[QueuedJob],
+        counts: Sequence[tuple[QueuedJob, str, str, float]],
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[list[QueuedJob], list[QueuedJob]]:
+        """:meth:`acknowledge_and_reserve` of ``done``, counting the jobs of
+        ``counts`` (``(job, tally key, field, ttl)``, each also in ``done``) in
+        their tallies with their acknowledgement. Returns the jobs claimed and
+        the jobs of ``counts`` left unacknowledged and uncounted, for
+        :meth:`settle_counting` (those whose batch the round could finish)."""
+        raise _cannot_count(self)
+
+    def settle_counting(self, settled: Sequence[tuple[Any, ExceptionInfo | None]], after: Any) -> None:
+        """In one transaction: acknowledge each ``(count item, None)`` job, or fail
+        each ``(count item, error)`` one, count those this reservation still held,
+        and call ``after(counts by tally key, keys that counted a failure, cancel)``
+        before the commit (see :mod:`rainier_sync.drivers.database.counting`)."""
+        raise _cannot_count(self)
+
     @abstractmethod
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Renew the reservations of running jobs for ``seconds`` (default: the
@@ -399,6 +434,21 @@ class SharedSession(ConsumerSession):
 
     def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:
         self.driver.acknowledge_handing_over(job, follow)
+
+    def counts_batches_of(self, store: Any) -> bool:
+        return self.driver.counts_batches_of(store)
+
+    def acknowledge_counting(
+        self,
+        done: Sequence[QueuedJob],
+        counts: Sequence[tuple[QueuedJob, str, str, float]],
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[list[QueuedJob], list[QueuedJob]]:
+        return self.driver.acknowledge_counting(done, counts, queues, limit)
+
+    def settle_counting(self, settled: Sequence[tuple[Any, ExceptionInfo | None]], after: Any) -> None:
+        self.driver.settle_counting(settled, after)
 
     def fail_handing_over(
         self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]

@@ -1,8 +1,9 @@
 """What a worker has claimed, from the claim to its settlement.
 
 Pool threads append finished attempts to :attr:`Claims.done`; the owning loop
-collects them and applies them to the backend: first the counts of the jobs of
-batches among them, all in one round trip of the lock store; then
+collects them and applies them to the backend: the jobs of batches among them
+counted first (:mod:`.counting`: all in one round trip of the lock store, or
+with their acknowledgements where the driver keeps the tallies); then
 acknowledgements in batches (with the next claim, where the driver can do both
 in one round trip), every other outcome one call each. A settle that fails
 half-way repeats only what is left, so no job is failed or announced twice.
@@ -14,9 +15,9 @@ import collections
 import logging
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..batch import settle_many
 from ..execution import DEFERRED, FAILED, INTERRUPTED, PROCESSED, RELEASED, SKIPPED, Completion, Executor
 from ..types import QueuedJob
+from .counting import Counting
 from .options import WorkerStats
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ class Claims:
         self.unsettled_since = 0.0
         #: The recent mean duration of an attempt (seconds), for sizing the prefetch.
         self.pace: float | None = None
+        #: How the jobs of batches among them are counted.
+        self._counting = Counting(executor, report)
 
     @property
     def held(self) -> bool:
@@ -102,12 +105,16 @@ class Claims:
         session = self._session()
         if acks and combined and limit > 0:
             try:
-                jobs: list[QueuedJob] = session.acknowledge_and_reserve([c.job for c in acks], queues, limit)
+                if any(c.batch is not None for c in acks):
+                    jobs, done, left = self._counting.acknowledge(session, acks, queues, limit)
+                else:
+                    jobs, done, left = session.acknowledge_and_reserve([c.job for c in acks], queues, limit), acks, []
             except Exception as exc:  # noqa: BLE001 - acknowledged again next time: harmless
                 self._report("settle", exc)
                 self.unsettled = acks + self.unsettled
                 return None
-            self.announce(acks)
+            self.unsettled = left + self.unsettled
+            self.announce(done)
             return jobs
         if not self._acknowledge(acks):
             return None
@@ -132,44 +139,45 @@ class Claims:
         again) when the backend failed."""
         if not acks:
             return True
+        left: list[Completion] = []
         try:
-            self._session().acknowledge_many([c.job for c in acks])
+            if any(c.batch is not None for c in acks):
+                _, acks, left = self._counting.acknowledge(self._session(), acks, (), 0)
+            else:
+                self._session().acknowledge_many([c.job for c in acks])
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
             self._report("settle", exc)
             self.unsettled = acks + self.unsettled
             return False
+        self.unsettled = left + self.unsettled
         self.announce(acks)
-        return True
-
-    def _count_in_batches(self, completions: list[Completion]) -> bool:
-        """Settle the batch counts of every finished job of a batch in this round
-        at once, before any of them is applied; False (all kept) when the store failed."""
-        due = [c for c in completions if c.batch is not None]
-        if not due:
-            return True
-        executor = self._executor
-        try:
-            settle_many(executor.locks, executor.dispatcher, [(c.job, c.batch or "") for c in due])
-        except Exception as exc:  # noqa: BLE001 - kept and counted again: a job id counts once
-            self._report("batch", exc)
-            return False
-        for completion in due:
-            completion.batch = None
-        return True
+        return not left
 
     def _apply_others(self) -> list[Completion] | None:
         """Count the round's jobs of batches, then release or fail the attempts that
         did not succeed (and acknowledge those that hand over), one call each; returns
         the other successful ones, left to acknowledge in a batch (None when the backend failed)."""
         batch, self.unsettled = self.unsettled, []
-        if not self._count_in_batches(batch):
+        session = self._session()
+        counting = self._counting
+        if counting.with_acks(session):
+            # Failed and skipped jobs of batches: each moved or acknowledged with its count, now.
+            due = [c for c in batch if c.batch is not None and c.outcome is not PROCESSED]
+            applied = counting.settle(session, due) if due else []
+            if applied is None:
+                self.unsettled = batch
+                return None
+            if applied:
+                self.announce(applied)
+                gone = {id(c) for c in applied}
+                batch = [c for c in batch if id(c) not in gone]
+        elif not counting.in_store(batch):
             self.unsettled = batch
             return None
         acks = [c for c in batch if c.outcome is PROCESSED and not c.follow]
         if len(acks) == len(batch):
             return acks
         applied: list[Completion] = []
-        session = self._session()
         try:
             for completion in batch:
                 if completion.outcome is not PROCESSED or completion.follow:
