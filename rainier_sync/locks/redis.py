@@ -25,7 +25,7 @@ from ..drivers.redis.connection import (
     _where,
 )
 from ..drivers.redis.scripts import source
-from .base import LockStore
+from .base import LockStore, _last_counts
 
 if TYPE_CHECKING:
     import redis
@@ -261,10 +261,13 @@ class RedisLockStore(LockStore):
         return _counts(reply[1:]), bool(reply[0])
 
     def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
-        """One script per tally (one round trip for the items of one batch)."""
+        """One script per tally (one round trip for the items of one batch, up to a thousand)."""
         by_key: dict[str, list[int]] = {}
         for index, (key, _, _, _) in enumerate(items):
             by_key.setdefault(key, []).append(index)
+        if any(len(indexes) > 1000 for indexes in by_key.values()):  # a script's arguments stay few
+            head = self.tally_settle_many(items[:1000])
+            return _last_counts(items, head + self.tally_settle_many(items[1000:]))
         out: list[tuple[dict[str, int], bool]] = [({}, False)] * len(items)
         for key, indexes in by_key.items():
             args: list[Any] = [_ttl_ms(max(items[i][3] for i in indexes), key)]
