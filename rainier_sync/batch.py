@@ -36,13 +36,11 @@ from .job import Job
 from .types import QueuedJob, decode, encode
 
 if TYPE_CHECKING:
-    from .job import JobContext
     from .locks.base import LockStore
     from .pending import Dispatcher
 
-__all__ = [
-    "Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "call_back", "records_of", "CANCEL_LOOKUP", "RETENTION"
-]
+__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "call_back", "records_of"]
+__all__ += ["CANCEL_LOOKUP", "RETENTION"]
 
 #: Seconds a batch is kept after its last change (the default).
 RETENTION = 7 * 86400.0
@@ -309,7 +307,7 @@ def settle_many(
             failed.add(batch_id)
 
     def cancel(batch_id: str, retention: float) -> dict[str, int]:
-        return locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)  # type: ignore[union-attr]
+        return locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
 
     call_back(dispatcher, records, counted, failed, cancel)
     return counted

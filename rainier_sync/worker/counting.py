@@ -84,7 +84,10 @@ class Counting:
         if not items:
             return []
         by_job = {id(c.job): c for c in completions}
-        settled = [(item, by_job[id(item[0])].info if by_job[id(item[0])].outcome is FAILED else None) for item in items]
+        settled = []
+        for item in items:
+            completion = by_job[id(item[0])]
+            settled.append((item, completion.info if completion.outcome is FAILED else None))
         dispatcher = self._executor.dispatcher
 
         def after(counts: dict[str, dict[str, int]], failed: set[str], cancel: Callable[[str], dict[str, int]]) -> None:

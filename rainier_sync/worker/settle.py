@@ -163,13 +163,13 @@ class Claims:
         if counting.with_acks(session):
             # Failed and skipped jobs of batches: each moved or acknowledged with its count, now.
             due = [c for c in batch if c.batch is not None and c.outcome is not PROCESSED]
-            applied = counting.settle(session, due) if due else []
-            if applied is None:
+            settled = counting.settle(session, due) if due else []
+            if settled is None:
                 self.unsettled = batch
                 return None
-            if applied:
-                self.announce(applied)
-                gone = {id(c) for c in applied}
+            if settled:
+                self.announce(settled)
+                gone = {id(c) for c in settled}
                 batch = [c for c in batch if id(c) not in gone]
         elif not counting.in_store(batch):
             self.unsettled = batch

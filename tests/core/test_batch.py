@@ -11,8 +11,8 @@ import pytest
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import MemoryQueue, SyncQueue
-from rainier_sync.execution import Executor
 from rainier_sync.errors import ConfigurationError
+from rainier_sync.execution import Executor
 from rainier_sync.locks import MemoryLockStore
 
 

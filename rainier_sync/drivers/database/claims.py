@@ -305,7 +305,8 @@ class Claims(DatabaseCore):
             return taken, [item[0] for item in counts]
         by_seq = {item[0].receipt[0]: item[0] for item in counts}
         queues = list(queues) if limit > 0 else []
-        rows, left = claim_counting(self, queues[0] if queues else "", limit if queues else 0, done, counts, _MOST_ATTEMPTS)
+        first, most = (queues[0], limit) if queues else ("", 0)
+        rows, left = claim_counting(self, first, most, done, counts, _MOST_ATTEMPTS)
         taken = self._decode_claimed(rows)
         if queues[1:] and len(taken) < limit:
             try:

@@ -47,7 +47,8 @@ def setup(url: str) -> tuple[DatabaseQueue, QueueManager]:
 
 
 def members(queue: DatabaseQueue, batch_id: str) -> int:
-    rows = queue._backend.query("SELECT count(*) FROM rainier_tally_members WHERE tally_key = %s", (f"batch:{batch_id}",))
+    sql = "SELECT count(*) FROM rainier_tally_members WHERE tally_key = %s"
+    rows = queue._backend.query(sql, (f"batch:{batch_id}",))
     return int(rows[0][0])
 
 
