@@ -70,6 +70,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         "grace": args.grace,
         "schedule": args.schedule or None,
         "health_file": args.health_file,
+        "relay": args.relay or None,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -86,7 +87,9 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         driver.kind,
         ",".join(options.queues),
         options.concurrency,
-        (", once" if options.once else "") + (", scheduling" if options.schedule else ""),
+        (", once" if options.once else "")
+        + (", scheduling" if options.schedule else "")
+        + (", relaying the outbox" if options.relay else ""),
     )
     return worker.run()
 
@@ -262,8 +265,10 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     manager = frontend.manager(args)
     wanted = [q for q in (args.queue or "").split(",") if q]
     report: list[dict[str, Any]] = []
+    inline: dict[str, bool] = {}
     for name, driver in selected(manager, args.connection):
         entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0, "workers": []}
+        inline[name] = not driver.promises.deferred
         if driver.promises.deferred:
             entry["workers"] = [worker.to_dict() for worker in manager.workers(name)]
             paused = manager.paused(name)
@@ -284,8 +289,9 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
         return EXIT_OK
     rows: list[list[str]] = []
     for entry in report:
-        if entry["driver"] == "sync":
-            rows.append([entry["connection"], "sync", "(runs jobs inline)", "", "", "", "", str(entry["failed"])])
+        if inline[entry["connection"]]:
+            failed = str(entry["failed"])
+            rows.append([entry["connection"], entry["driver"], "(runs jobs inline)", "", "", "", "", failed])
             continue
         if not entry["queues"]:
             rows.append([entry["connection"], entry["driver"], "(no jobs)", "0", "0", "0", "0", str(entry["failed"])])
@@ -374,13 +380,46 @@ def cmd_schedule_list(frontend: Frontend, args: argparse.Namespace, out: IO[str]
 
 def cmd_migrate(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
     manager = frontend.manager(args)
+
+    def applied(versions: list[int]) -> str:
+        return f"applied migration(s) {', '.join(map(str, versions))}" if versions else "already up to date"
+
     for name, driver in selected(manager, args.connection):
         if not driver.capabilities.migrations:
             out.write(f"{name} ({driver.kind}): nothing to migrate\n")
             continue
-        applied = driver.migrate()
-        detail = f"applied migration(s) {', '.join(map(str, applied))}" if applied else "already up to date"
-        out.write(f"{name} ({driver.kind}): {detail}\n")
+        out.write(f"{name} ({driver.kind}): {applied(driver.migrate())}\n")
+    if manager.outbox is not None and args.connection is None:
+        out.write(f"outbox ({manager.outbox.target.where}): {applied(manager.outbox.migrate())}\n")
+    return EXIT_OK
+
+
+def cmd_outbox_relay(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    """``outbox:relay``: publish the outbox's committed jobs until stopped, or once."""
+    from ..errors import ConfigurationError
+    from ..outbox import Relay
+
+    if args.quiet:
+        log.setLevel(logging.WARNING)
+    manager = frontend.manager(args)
+    options: dict[str, Any] = {"sleep": args.sleep, "batch": args.batch}
+    try:
+        relay = Relay(manager, **{key: value for key, value in options.items() if value is not None})
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
+    targets = ", ".join(relay.connections) or "no connection"
+    if args.once:
+        relayed = relay.run_once()
+        log.info("outbox relay: %d job(s) relayed to %s", relayed, targets)
+        return EXIT_OK
+    if threading.current_thread() is threading.main_thread():
+        relay.install_signal_handlers()
+    log.info("outbox relay started: %s to %s", relay.outbox.describe(), targets)
+    stats = relay.run()
+    log.info(
+        "outbox relay stopped: %d relayed, %d duplicate(s) dropped, %d refused", stats.relayed, stats.duplicates,
+        stats.refused,
+    )  # fmt: skip
     return EXIT_OK
 
 
