@@ -6,9 +6,12 @@ A batch lives in the lock store: its record (name, callbacks, options) as a
 value under ``batch:<id>``, its counts as a tally under the same key (total,
 pending, processed, failed, skipped, cancelled). Each job carries its batch's
 id (``meta["batch"]``). When a job finishes for good, before it is
-acknowledged, the worker settles it in the tally: a job id counts once, so a
-job run twice (at-least-once delivery) is not counted twice. The settle that
-sees nothing pending queues the callbacks: ``then`` when every job succeeded,
+acknowledged, the worker counts it in the tally (:func:`settle_many`, a settle
+round's jobs at once): a job id counts once, so a job run twice (at-least-once
+delivery) is not counted twice. (A database worker whose lock store is its own
+database counts it with the acknowledgement instead, see
+:mod:`rainier_sync.drivers.database.counting`.) The count that sees nothing
+pending queues the callbacks: ``then`` when every job succeeded,
 ``finally_`` in any case; ``catch`` is queued at a job's final failure. Each
 callback carries a once-key (``batch:<id>:then``...), so however many settles
 queue it (a crash re-runs a job, and its settle queues again) it runs once
@@ -16,8 +19,9 @@ queue it (a crash re-runs a job, and its settle queues again) it runs once
 
 Without ``allow_failures()`` a final failure cancels the batch; so does
 :meth:`~rainier_sync.QueueManager.cancel_batch`. A job of a cancelled batch is
-skipped when it comes to run (workers look the cancel up at most every
-:data:`CANCEL_LOOKUP` seconds per batch) and counts as skipped.
+skipped when it comes to run, before its middleware (workers look the cancel
+up at most every :data:`CANCEL_LOOKUP` seconds per batch), and counts as
+skipped, as does a job of a batch that a middleware skips.
 
 Everything of a batch expires ``retention`` seconds (7 days by default) after
 its last change.

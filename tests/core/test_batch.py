@@ -298,3 +298,30 @@ def test_an_unregistered_job_and_a_missing_lock_store_are_refused() -> None:
     unlocked = QueueManager({"m": MemoryQueue()}, registry=JobRegistry().with_job(Row), container=Container())
     with pytest.raises(ConfigurationError, match="locks="):
         unlocked.batch([Row(1)]).dispatch()
+
+
+class SkipAll:
+    def handle(self, job: Job, context: JobContext, call_next: Any) -> None:
+        context.skip("not today")
+
+
+@dataclass
+class Skipped(Job):
+    NAME = "batch.skipped"
+
+    def handle(self, context: JobContext) -> None:
+        raise AssertionError("skipped by its middleware, never run")
+
+    def middleware(self) -> list[Any]:
+        return [SkipAll()]
+
+
+def test_a_job_of_a_batch_its_middleware_skips_counts_as_skipped() -> None:
+    memory = MemoryQueue()
+    registry = JobRegistry().with_job(Skipped).with_job(Callback)
+    manager = QueueManager({"m": memory}, registry=registry, container=Container(), locks=MemoryLockStore())
+    batch = callbacks(manager.batch([Skipped(), Skipped()])).dispatch()
+    stats = drain(manager)
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.skipped, done.pending, done.finished) == (2, 0, True)
+    assert stats.skipped == 2 and Callback.heard == ["finally"], "then needs every job to succeed"

@@ -158,3 +158,30 @@ def test_behind_a_transaction_pooler_a_wait_polls(url: str, opened: list[Any]) -
         assert opened == [], "no LISTEN behind a transaction-pooling proxy"
     finally:
         polling.close()
+
+
+def test_dispatch_many_marks_results_pending_on_postgresql(url: str) -> None:
+    """PostgreSQL stores ``dispatch_many`` as a stream; jobs that keep results are
+    stored the other way, so that each is marked pending before it is stored."""
+    from dataclasses import dataclass
+
+    from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager
+    from rainier_sync.drivers.database import DatabaseQueue
+
+    @dataclass
+    class Kept(Job):
+        NAME = "dbtest.values.kept"
+        KEEP_RESULT = 60
+
+        def handle(self, context: JobContext) -> int:
+            return 1
+
+    queue = DatabaseQueue.from_url(url)
+    manager = QueueManager({"db": queue}, registry=JobRegistry().with_job(Kept), container=Container(),
+                           locks=queue.lock_store())  # fmt: skip
+    try:
+        ids = manager.dispatch_many([Kept(), Kept()])
+        assert [manager.result(job_id).status for job_id in ids if job_id] == ["pending", "pending"]
+    finally:
+        queue._backend.execute("DELETE FROM rainier_jobs")
+        queue.close()
