@@ -42,6 +42,10 @@ def connect(kind: str, url: str, prefix: str, reservation: float) -> tuple[Any, 
 
 
 def work(kind: str, url: str, prefix: str, concurrency: str, reservation: str, ledger: str) -> None:
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that times out asks for the stacks
     driver, locks = connect(kind, url, prefix, float(reservation))
     manager = QueueManager({kind: driver}, locks=locks, registry=workflow_jobs.registry())
     options = WorkerOptions(
