@@ -75,6 +75,9 @@ class Completion:
     attempt: int | None = None
     #: Why a middleware deferred or skipped it.
     reason: str = ""
+    #: When the attempt started (seconds since the epoch), where the worker kept it
+    #: (for the fleet's wait times); 0 when not.
+    started: float = 0.0
 
 
 def decided(queued: QueuedJob, decision: tuple[str, float, str], duration: float = 0.0) -> Completion:

@@ -36,12 +36,12 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 from werkzeug.routing import BaseConverter, ValidationError
 
 from ..errors import UniqueLockHeldError
+from .charts import FLEET_SEGMENTS, WAIT_LINES, build_chart, duration
 from .views import (
     ERROR_PREVIEW,
     FAILED_LIST,
     FAILED_SCAN,
     FLEET_MINUTES,
-    FLEET_SEGMENTS,
     _age,
     _batch_failures,
     _clip,
@@ -50,7 +50,6 @@ from .views import (
     _payload_text,
     _schedule_view,
     _when,
-    build_chart,
     queue_names,
 )
 
@@ -227,8 +226,10 @@ def workers() -> str:
         fleet=_fleet_view(get_state().manager),
         minutes=FLEET_MINUTES,
         segments=FLEET_SEGMENTS,
+        wait_lines=WAIT_LINES,
         when=_when,
         age=_age,
+        duration=duration,
     )
 
 

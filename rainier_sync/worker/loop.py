@@ -505,12 +505,14 @@ class Worker(Control):
         started = self._started
         if started is not None:
             started[id(job)] = (job, _clock.monotonic())
+            began = _clock.now()
         try:
             completion = self.attempts.run(job, self._stop_notice)
         except BaseException as exc:  # noqa: BLE001 - never lose a completion
             completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
         if started is not None:
             started.pop(id(job), None)
+            completion.started = began
         done = self._claims.done
         done.append(completion)
         # A batch's worth finished, or nothing left to start: the loop has work. (It
