@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
 
 from . import _clock, signals
 from .batch import BatchGuard
@@ -105,6 +105,44 @@ def _no_context(queued: QueuedJob) -> ContextManager[Any]:
     return contextlib.nullcontext()
 
 
+#: What wraps each attempt in the thread that runs its ``handle`` (a worker's
+#: thread, ``drain()``, the sync driver, a timeout child), and its ``failed()``:
+#: tracing makes the attempt's span current with one.
+_SCOPES: list[Callable[[QueuedJob], ContextManager[Any]]] = []
+_NO_SCOPE: ContextManager[Any] = contextlib.nullcontext()
+
+
+def add_attempt_scope(scope: Callable[[QueuedJob], ContextManager[Any]]) -> None:
+    """Enter ``scope(job)`` around every attempt's ``handle`` (and ``failed()``),
+    in the thread that runs it. A timeout child has the scopes added before the
+    worker started (it is forked from the worker). A scope that raises on entry
+    is logged and left out; it never fails the attempt."""
+    if scope not in _SCOPES:
+        _SCOPES.append(scope)
+
+
+def remove_attempt_scope(scope: Callable[[QueuedJob], ContextManager[Any]]) -> None:
+    """Stop entering ``scope``."""
+    if scope in _SCOPES:
+        _SCOPES.remove(scope)
+
+
+def attempt_scopes(queued: QueuedJob) -> ContextManager[Any]:
+    """The scopes added with :func:`add_attempt_scope`, for ``queued``, outermost first."""
+    return _entered(list(_SCOPES), queued) if _SCOPES else _NO_SCOPE
+
+
+@contextlib.contextmanager
+def _entered(scopes: list[Callable[[QueuedJob], ContextManager[Any]]], queued: QueuedJob) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for scope in scopes:
+            try:
+                stack.enter_context(scope(queued))
+            except Exception:  # noqa: BLE001 - a listener's scope must never fail the attempt
+                log.exception("an attempt scope (%r) raised on entry; ignored", scope)
+        yield
+
+
 class Executor:
     """Runs attempts and settles them; shared by every path that runs jobs."""
 
@@ -178,7 +216,7 @@ class Executor:
         interrupted = False
         returned: list[Any] = []
         try:
-            with self.attempt_context(queued):
+            with self.attempt_context(queued), attempt_scopes(queued):
                 job = self.build(queued)
                 chain = self.chain(queued, job)
                 if chain:
@@ -287,7 +325,7 @@ class Executor:
             return Completion(queued, RELEASED, delay=delay, info=info, exception=error, duration=duration)
         if job is not None:
             try:
-                with self.attempt_context(queued):
+                with self.attempt_context(queued), attempt_scopes(queued):
                     job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
             except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
                 log.exception("%s.failed() raised; ignored", type(job).__qualname__)

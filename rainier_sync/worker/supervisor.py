@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _clock, signals
 from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
-from ..execution import INTERRUPTED, PROCESSED, Completion, Executor, decided
+from ..execution import INTERRUPTED, PROCESSED, Completion, Executor, attempt_scopes, decided
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 from .child import ForkServer, flush_stdio, kill_group
 from .children import _Child, _describe_status
@@ -340,7 +340,8 @@ class Supervisor:
             child.attempts += 1
             handed = _clock.monotonic()  # the limit starts now: starting a child is not the job's time
             child.send({"op": "run", "job": queued.to_wire(), "connection": queued.connection})
-            outcome = self._await(child, timeout, stop_requested, handed)
+            with attempt_scopes(queued):  # the child's dispatches are sent from here
+                outcome = self._await(child, timeout, stop_requested, handed)
             reusable = outcome.get("op") == "done"
         except (OSError, ValueError) as exc:
             # the child cannot be talked to (or talks nonsense): stop it; the attempt counts as crashed
