@@ -10,7 +10,7 @@ from rainier_sync import Worker, WorkerOptions
 from rainier_sync.flask.charts import build_wait_chart, duration
 from rainier_sync.fleet import MinuteCounts
 
-from .test_dashboard import Quiet, fleet_app
+from .apps import Quiet, fleet_app
 
 
 def test_the_workers_page_shows_wait_percentiles_per_queue_and_for_the_fleet() -> None:
