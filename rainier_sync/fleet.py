@@ -47,6 +47,7 @@ __all__ = [
     "RUNNING_SHOWN",
     "WAIT_BUCKETS",
     "wait_percentile",
+    "merge_buckets",
 ]
 
 #: Seconds between a worker's refreshes of its record (and flushes of its counts).
