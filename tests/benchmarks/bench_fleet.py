@@ -139,7 +139,7 @@ def main() -> None:
     print(f"load average after: {loadavg()}")
     print("| backend | drain, no fleet (jobs/s) | drain, fleet (jobs/s) | cost |")
     print("|---|---|---|---|")
-    for name, off_median, on_median, off, on in rows:
+    for name, off_median, on_median, _, _ in rows:
         cost = (off_median - on_median) / off_median * 100
         print(f"| {name} | {off_median:,.0f} | {on_median:,.0f} | {cost:+.1f}% |")
     for name, _, _, off, on in rows:
