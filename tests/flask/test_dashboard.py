@@ -648,7 +648,7 @@ def test_the_workers_page_lists_the_recorded_workers_and_charts_the_fleet() -> N
     page = response.get_data(as_text=True)
     assert "<script" not in page and "<code>&lt;script&gt;alert(" in page
     assert "default-src 'none'" in response.headers["Content-Security-Policy"]
-    rows = re.findall(r'<tr class="worker" data-worker-id="([^"]+)">', page)
+    rows = re.findall(r'<tr class="worker" id="worker-[^"]+" data-worker-id="([^"]+)">', page)
     assert sorted(rows) == sorted([running.fleet.id, elsewhere.id])
     assert 'class="workers-total">2<' in page and "default, mail" in page and "5s ago" in page
     assert "RecordApp" not in page and "tests.flask.record-app" in page and "for 15s" in page
