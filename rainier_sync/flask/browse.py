@@ -73,6 +73,9 @@ class BrowseView:
     counts: QueueCounts | None = None
     rows: list[JobRow] = field(default_factory=list)
     has_next: bool = False
+    #: How many jobs of the state a name filter looked at, when it stopped there
+    #: before filling the page (the driver bounds a filter's scan); None when it did not stop.
+    searched: int | None = None
     #: The workers could not be read from the lock store (the page still lists the jobs).
     fleet_error: str | None = None
     error: str | None = None
@@ -144,6 +147,9 @@ def browse_view(
         view.error = f"{type(exc).__name__}: {exc}"
         return view
     view.has_next = len(listed) > PAGE_SIZE
+    # A driver's Page (a list) says when a name filter stopped at its bound before filling the page.
+    if not getattr(listed, "complete", True):
+        view.searched = getattr(listed, "bound", None)
     view.rows = _with_workers(manager, connection, listed[:PAGE_SIZE], view)
     return view
 

@@ -115,7 +115,7 @@ def build_fleet_chart(minutes: list[MinuteCounts], width: int = 600, height: int
             top -= h
             bars.append({"x": x, "y": round(top, 1), "w": w, "h": h, "fill": fill, "title": title})
         if index % 10 == 0 or index == len(minutes) - 1:
-            labels.append({"x": round(x + w / 2, 1), "text": stamp})
+            labels.append(_label(index, len(minutes), round(x + w / 2, 1), width, stamp))
     return Chart(
         width=width,
         height=height,
@@ -127,6 +127,15 @@ def build_fleet_chart(minutes: list[MinuteCounts], width: int = 600, height: int
         backlog_last=None,
         labels=labels,
     )
+
+
+def _label(index: int, count: int, x: float, width: int, text: str) -> dict[str, Any]:
+    """A time under the x axis; the first and the last kept inside the chart."""
+    if index == 0:
+        return {"x": 1, "text": text, "anchor": "start"}
+    if index == count - 1:
+        return {"x": width - 1, "text": text, "anchor": "end"}
+    return {"x": x, "text": text, "anchor": "middle"}
 
 
 def duration(seconds: float) -> str:
@@ -180,21 +189,23 @@ def build_wait_chart(minutes: list[MinuteCounts], width: int = 600, height: int 
     for index, (row, _, _) in enumerate(per_minute):
         if index % 10 == 0 or index == len(minutes) - 1:
             stamp = datetime.datetime.fromtimestamp(row.minute, tz=datetime.timezone.utc).strftime("%H:%M")
-            chart.labels.append({"x": round(index * slot + slot / 2, 1), "text": stamp})
+            chart.labels.append(_label(index, len(minutes), round(index * slot + slot / 2, 1), width, stamp))
     if not values:
         return chart
     chart.empty = False
     # Whole decades around what is shown, a millisecond at least: 1 ms .. 10 s, say.
     low = math.floor(math.log10(max(min(values), 0.001)))
     high = max(math.ceil(math.log10(max(max(values), 0.001))), low + 1)
-    top, base = 8.0, float(height - 14)
+    top, base = 14.0, float(height - 14)
 
     def y(seconds: float) -> float:
         place = (math.log10(max(seconds, 10.0**low)) - low) / (high - low)
         return round(base - place * (base - top), 1)
 
     for decade in range(low, high + 1):
-        chart.grid.append({"y": y(10.0**decade), "text": duration(10.0**decade)})
+        seconds = 10.0**decade
+        text = f"{seconds * 1000:.0f} ms" if decade < 0 else f"{seconds:.0f} s"
+        chart.grid.append({"y": y(seconds), "text": text})
     for line, (_, stroke, words) in enumerate(WAIT_LINES):
         run: list[str] = []
         for index, (row, count, found) in enumerate(per_minute):

@@ -106,13 +106,13 @@ def csp_violations(browser: Any) -> list[str]:
     return [entry["message"] for entry in browser.get_log("browser") if "Content Security Policy" in entry["message"]]
 
 
-def screenshot(browser: Any, path: pathlib.Path) -> pathlib.Path:
-    """Save the whole page (not only the window) as a PNG at ``path``."""
+def screenshot(browser: Any, path: pathlib.Path, most: int = 1600) -> pathlib.Path:
+    """Save the page as a PNG at ``path``: all of it, up to ``most`` pixels high."""
     from selenium.webdriver.common.by import By
 
     size = browser.get_window_size()
     body = browser.find_element(By.TAG_NAME, "body")
-    height = max(size["height"], int(body.size["height"]) + 40)
+    height = min(most, max(size["height"], int(body.size["height"]) + 40))
     browser.set_window_size(size["width"], height)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,8 @@ def test_the_wait_chart_breaks_its_lines_where_no_job_started_and_uses_a_log_sca
     assert not chart.empty
     p50 = [line["points"] for line in chart.lines if line["words"] == "p50"]
     assert [len(points.split()) for points in p50] == [2, 1], "minute 2 had no wait: the line breaks there"
-    assert [rule["text"] for rule in chart.grid] == ["1.0 ms", "10 ms", "100 ms", "1.0 s", "10 s"]
+    assert [rule["text"] for rule in chart.grid] == ["1 ms", "10 ms", "100 ms", "1 s", "10 s"]
+    assert (chart.labels[0]["anchor"], chart.labels[-1]["anchor"]) == ("start", "end"), "kept inside the chart"
     ys = {dot["title"].split(" UTC")[0]: dot["y"] for dot in chart.dots if "p50" in dot["title"]}
     assert ys["00:00"] > ys["00:03"], "a longer wait is drawn higher"
 
