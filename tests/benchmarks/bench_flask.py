@@ -243,6 +243,8 @@ def bench_pages(label: str, queued: int, renders: int) -> None:
             for start in range(0, queued, 5000):
                 manager.dispatch_many(Noop(i) for i in range(start, min(queued, start + 5000)))
             job_id = record_fleet(manager)
+            counts = driver.counts("default")
+            assert counts.ready + counts.reserved == queued, counts
             took = time.perf_counter() - filled
             print(f"pages   {label:8} {queued:,} queued, {FLEET_WORKERS} workers (filled in {took:.0f} s)")
             client = app.test_client()
