@@ -87,7 +87,7 @@ def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> 
 #: The fleet chart's segments, bottom up: outcome, colour, words.
 FLEET_SEGMENTS = (
     ("processed", "#2e7d32", "processed"),
-    ("released", "#f9a825", "released for a retry"),
+    ("released", "#c17900", "released for a retry"),
     ("failed", "#c62828", "failed"),
     ("deferred", "#6a1b9a", "deferred"),
 )

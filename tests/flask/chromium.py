@@ -120,3 +120,16 @@ def screenshot(browser: Any, path: pathlib.Path, most: int = 1600) -> pathlib.Pa
     finally:
         browser.set_window_size(size["width"], size["height"])
     return path
+
+
+#: Run in the page by WebDriver (which the page's CSP does not govern; the page itself runs no script).
+_ACCESSIBILITY = pathlib.Path(__file__).with_name("accessibility.js")
+
+
+def accessibility_problems(browser: Any) -> list[str]:
+    """What the page gets wrong of the basics: a form control without a label, a
+    button or link with no name, a chart with no title, text (chart labels
+    included) whose contrast with what is behind it is under WCAG AA's 4.5:1
+    (3:1 for large text)."""
+    found: list[str] = browser.execute_script(_ACCESSIBILITY.read_text(encoding="utf-8"))
+    return found

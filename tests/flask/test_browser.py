@@ -18,7 +18,7 @@ from rainier_sync.flask import FlaskWorker
 from tests.support import IN_CI
 
 from .apps import Explode, Quiet, RecordApp, fail_jobs, fleet_app, make_app, put_failed
-from .chromium import chromium, click_to_load, csp_violations, missing, notice_reads, serving
+from .chromium import accessibility_problems, chromium, click_to_load, csp_violations, missing, notice_reads, serving
 
 pytestmark = pytest.mark.browser
 
@@ -36,6 +36,12 @@ def browser() -> Iterator[Any]:
     with chromium() as driver:
         yield driver
         assert csp_violations(driver) == [], "a page broke its Content Security Policy"
+
+
+def accessible(browser: Any) -> None:
+    """The page labels its controls, names its buttons, links and charts, and its text is legible."""
+    problems = accessibility_problems(browser)
+    assert problems == [], f"{browser.current_url}: {problems}"
 
 
 @pytest.fixture
@@ -75,6 +81,7 @@ def test_dashboard_shows_counts_and_retry_takes_the_job_off_the_failed_list(
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018 - the payload's script must not have run
     assert browser.find_element(By.CSS_SELECTOR, "svg#throughput rect") is not None
+    accessible(browser)
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOT))
@@ -104,6 +111,7 @@ def test_jobs_with_awkward_ids_open_retry_and_forget_in_a_browser(browser: Any, 
         browser.get(f"{base}/queues/")
         click_to_load(browser, browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"] td a'))
         assert browser.find_element(By.CSS_SELECTOR, "h2 small code").text == job_id
+        accessible(browser)
         click_to_load(browser, browser.find_element(By.CSS_SELECTOR, "button.retry"))
         notice_reads(browser, f"Job {job_id} was queued again.")
         assert job_id in [job.id for job in driver.jobs]
@@ -151,6 +159,7 @@ def test_the_workers_page_lists_the_fleet_and_charts_its_throughput_and_waits(
     assert default.find_element(By.CSS_SELECTOR, "td.wait.p50").text.endswith(("ms", "s"))
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] td.failed').text == "1"
     assert "over 7 first attempts" in browser.find_element(By.ID, "waits-legend").text
+    accessible(browser)
 
 
 def test_pause_and_continue_a_queue_in_a_browser(browser: Any, fleet_served: tuple[str, Any]) -> None:
@@ -169,3 +178,54 @@ def test_pause_and_continue_a_queue_in_a_browser(browser: Any, fleet_served: tup
     notice_reads(browser, "Queue default is worked again.")
     assert manager.paused("primary") == set()
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="default"] td.pause button').text == "Pause"
+
+
+def test_browsing_a_queue_filtering_paging_and_opening_a_reserved_job(
+    browser: Any, fleet_served: tuple[str, Any]
+) -> None:
+    import time
+
+    from selenium.webdriver.common.by import By
+
+    from rainier_sync.fleet import FleetRecorder
+
+    base, (_, manager) = fleet_served
+    ids = [manager.dispatch(RecordApp(f"n{n}")) for n in range(60)]
+    quiet = [manager.dispatch(Quiet()) for _ in range(3)]
+    (taken,) = manager.connection().reserve_many(["default"], 1)
+    worker = FleetRecorder(
+        manager.locks, "primary", ["default"], 2, report=lambda op, exc: None, running=lambda: [(taken, time.time())]
+    )
+    worker.refresh(0.0)
+
+    def rows() -> list[str]:
+        return [row.get_attribute("data-job-id") for row in browser.find_elements(By.CSS_SELECTOR, "tr.listed-job")]
+
+    browser.get(f"{base}/queues/")
+    click_to_load(browser, browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="default"] a.browse'))
+    tabs = {tab.get_attribute("data-state"): tab.text for tab in browser.find_elements(By.CSS_SELECTOR, "nav.states a")}
+    assert tabs == {"ready": "Ready 62", "delayed": "Delayed 0", "reserved": "Reserved 1"}
+    assert rows() == ids[1:51]
+    accessible(browser)
+    click_to_load(browser, browser.find_element(By.CSS_SELECTOR, 'a[rel="next"]'))
+    assert rows() == [*ids[51:], *quiet]
+
+    browser.find_element(By.ID, "name-filter").send_keys("QUIET")
+    click_to_load(browser, browser.find_element(By.CSS_SELECTOR, "form.filter button"))
+    assert rows() == quiet and "name=QUIET" in browser.current_url
+    accessible(browser)
+
+    click_to_load(browser, browser.find_element(By.CSS_SELECTOR, 'nav.states a[data-state="reserved"]'))
+    assert rows() == [], "the filter is kept across the tabs"
+    click_to_load(browser, browser.find_element(By.LINK_TEXT, "clear"))
+    assert rows() == [taken.id]
+    assert browser.find_element(By.CSS_SELECTOR, "td.worker code").text == worker.id
+    accessible(browser)
+
+    click_to_load(browser, browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{taken.id}"] td a'))
+    assert browser.find_element(By.CSS_SELECTOR, "dd.state").text == "reserved"
+    assert browser.find_element(By.CSS_SELECTOR, "dd.worker code").text == worker.id
+    accessible(browser)
+    click_to_load(browser, browser.find_element(By.CSS_SELECTOR, "dd.worker a"))
+    assert browser.current_url.endswith(f"/queues/workers#worker-{worker.id}")
+    assert browser.find_element(By.ID, f"worker-{worker.id}").is_displayed()
