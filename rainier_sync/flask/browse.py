@@ -147,9 +147,8 @@ def browse_view(
         view.error = f"{type(exc).__name__}: {exc}"
         return view
     view.has_next = len(listed) > PAGE_SIZE
-    # A driver's Page (a list) says when a name filter stopped at its bound before filling the page.
-    if not getattr(listed, "complete", True):
-        view.searched = getattr(listed, "bound", None)
+    if not listed.complete:  # the name filter stopped at the driver's bound before filling the page
+        view.searched = listed.bound
     view.rows = _with_workers(manager, connection, listed[:PAGE_SIZE], view)
     return view
 
