@@ -16,7 +16,8 @@
   lock store), each running 8 of them, and 60 minutes of fleet counts and
   wait times: the queues, the Workers page, a queue's ready jobs (first page,
   a page 100 deep, filtered by name), its reserved jobs (each matched to its
-  worker), and a reserved job's page; median and worst of ``--renders``.
+  worker), a reserved job's page, and the page of a job no longer stored (a
+  404 after looking everywhere); median and worst of ``--renders``.
 
 Each figure is the best of ``--repeat`` runs (the machine may be shared).
 """
@@ -256,10 +257,11 @@ def bench_pages(label: str, queued: int, renders: int) -> None:
                 "ready, filtered": "/queues/main/queues/default?state=ready&name=noop",
                 "reserved": "/queues/main/queues/default?state=reserved",
                 "a reserved job": f"/queues/main/jobs/{job_id}",
+                "a finished job": "/queues/main/jobs/0123456789abcdef0123456789abcdef",
             }
             for name, path in pages.items():
                 response = client.get(path)
-                assert response.status_code == 200, (path, response.status_code)
+                assert response.status_code == (404 if name == "a finished job" else 200), (path, response.status_code)
                 times = []
                 for _ in range(renders):
                     started = time.perf_counter()
