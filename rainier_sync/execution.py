@@ -75,8 +75,8 @@ class Completion:
     attempt: int | None = None
     #: Why a middleware deferred or skipped it.
     reason: str = ""
-    #: When the attempt started (seconds since the epoch), where the worker kept it
-    #: (for the fleet's wait times); 0 when not.
+    #: When the attempt started, on the library's monotonic clock, where the worker
+    #: kept it (for the fleet's wait times); 0 when not.
     started: float = 0.0
 
 

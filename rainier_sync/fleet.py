@@ -229,6 +229,34 @@ def _version() -> str:
         return "unknown"
 
 
+class _Pending:
+    """One minute's counts not yet written: attempts by queue and outcome, and
+    first attempts' waits by queue, one count per bucket of :data:`WAIT_BUCKETS`."""
+
+    __slots__ = ("counts", "waits")
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, Outcome], int] = {}
+        self.waits: dict[str, list[int]] = {}
+
+    def fields(self) -> dict[str, int]:
+        """The tally's fields: ``<queue>|<outcome>`` and ``<queue>|wait<=<bound>`` (buckets that counted something)."""
+        found = {f"{queue}|{outcome.value}": n for (queue, outcome), n in self.counts.items()}
+        for queue, histogram in self.waits.items():
+            for index, n in enumerate(histogram):
+                if n:
+                    found[f"{queue}|{_WAIT_FIELDS[index]}"] = n
+        return found
+
+    def add(self, other: _Pending) -> None:
+        for key, n in other.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        for queue, histogram in other.waits.items():
+            held = self.waits.setdefault(queue, [0] * len(WAIT_BUCKETS))
+            for index, n in enumerate(histogram):
+                held[index] += n
+
+
 class FleetRecorder:
     """One worker's record and counts, kept by its owning loop (never shared
     between threads). Failed writes go to ``report`` and are tried again at the
@@ -262,26 +290,34 @@ class FleetRecorder:
         }
         #: When the next refresh is due (the owning loop's monotonic clock).
         self.next_at = 0.0
-        #: Counts not yet written: by minute, then by queue and outcome (or wait-time bucket, by index).
-        self._counts: dict[int, dict[tuple[str, Outcome | int], int]] = {}
+        #: Counts not yet written, by minute.
+        self._counts: dict[int, _Pending] = {}
 
     def count(self, completions: Sequence[Completion]) -> None:
         """Count settled attempts under the current minute, and the wait of each
         first attempt that started (written at the next refresh)."""
-        minute = int(_clock.now() // 60) * 60
-        counts = self._counts.get(minute)
-        if counts is None:
-            counts = self._counts[minute] = {}
-        buckets = WAIT_BUCKETS
+        now = _clock.now()
+        minute = int(now // 60) * 60
+        pending = self._counts.get(minute)
+        if pending is None:
+            pending = self._counts[minute] = _Pending()
+        counts, waits = pending.counts, pending.waits
+        # An attempt's start is on the monotonic clock (Completion.started): this makes it seconds since the epoch.
+        offset = now - _clock.monotonic()
+        locate, buckets = bisect.bisect_left, WAIT_BUCKETS
         for completion in completions:
             job = completion.job
-            key: tuple[str, Outcome | int] = (job.queue, completion.outcome)
+            key = (job.queue, completion.outcome)
             counts[key] = counts.get(key, 0) + 1
             started = completion.started
-            if started and job.attempts == 1 and job.dispatched_at > 0:
-                since = job.available_at if job.available_at > job.dispatched_at else job.dispatched_at
-                key = (job.queue, bisect.bisect_left(buckets, started - since))
-                counts[key] = counts.get(key, 0) + 1
+            if started and job.attempts == 1:
+                dispatched = job.dispatched_at
+                if dispatched > 0:
+                    since = job.available_at if job.available_at > dispatched else dispatched
+                    histogram = waits.get(job.queue)
+                    if histogram is None:
+                        histogram = waits[job.queue] = [0] * len(buckets)
+                    histogram[locate(buckets, started + offset - since)] += 1
 
     def refresh(self, now: float) -> None:
         """Write the record and the counts; the next refresh falls due :data:`RECORD_EVERY` seconds after ``now``."""
@@ -302,21 +338,12 @@ class FleetRecorder:
         oldest = _clock.now() - THROUGHPUT_KEEP
         for minute in sorted(pending):
             try:
-                fields = {
-                    f"{queue}|{_WAIT_FIELDS[name] if isinstance(name, int) else name.value}": n
-                    for (queue, name), n in pending[minute].items()
-                }
-                self.locks.tally_add(throughput_key(self.connection, minute), fields, THROUGHPUT_KEEP)
+                self.locks.tally_add(throughput_key(self.connection, minute), pending[minute].fields(), THROUGHPUT_KEEP)
             except Exception as exc:  # noqa: BLE001 - reported; kept for the next refresh
                 self._report("count_throughput", exc)
                 for later in (m for m in pending if m >= minute and m > oldest):
-                    self._merge(later, pending[later])
+                    self._counts.setdefault(later, _Pending()).add(pending[later])
                 return
-
-    def _merge(self, minute: int, counts: dict[tuple[str, Outcome | int], int]) -> None:
-        held = self._counts.setdefault(minute, {})
-        for name, n in counts.items():
-            held[name] = held.get(name, 0) + n
 
     def leave(self) -> None:
         """At a clean exit: write the last counts and remove the record."""

@@ -424,8 +424,8 @@ class Worker(Control, Stopping):
             return
         started = self._started
         if started is not None:
-            started[id(job)] = (job, _clock.monotonic())
-            began = _clock.now()
+            began = _clock.monotonic()
+            started[id(job)] = (job, began)
         try:
             completion = self.attempts.run(job, self._stop_notice)
         except BaseException as exc:  # noqa: BLE001 - never lose a completion

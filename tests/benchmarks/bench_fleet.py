@@ -95,7 +95,8 @@ def postgres_manager() -> tuple[QueueManager, Callable[[], None], Callable[[], N
 BACKENDS = {"redis": redis_manager, "postgres": postgres_manager}
 
 
-def drain(manager: QueueManager, jobs: int, threads: int, fleet: bool) -> float:
+def drain(manager: QueueManager, jobs: int, threads: int, fleet: bool) -> tuple[float, float]:
+    """Jobs per second, and this process's CPU microseconds per job (the backend's server not included)."""
     for start in range(0, jobs, 1000):
         manager.dispatch_many([Noop() for _ in range(min(1000, jobs - start))])
     worker = Worker(manager, options=WorkerOptions(concurrency=threads, once=True))
@@ -105,11 +106,12 @@ def drain(manager: QueueManager, jobs: int, threads: int, fleet: bool) -> float:
         worker.fleet = None
         worker._claims._count = None
         worker._started = None
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     stats = worker.run()
     rate = stats.processed / (time.perf_counter() - started)
+    spent = (time.process_time() - cpu) / stats.processed * 1e6
     assert stats.processed == jobs, stats
-    return rate
+    return rate, spent
 
 
 def loadavg() -> str:
@@ -133,8 +135,8 @@ def main() -> None:
         try:
             drain(manager, min(args.jobs, 2000), args.threads, True)  # warm-up: connections, caches
             between()
-            on: list[float] = []
-            off: list[float] = []
+            on: list[tuple[float, float]] = []
+            off: list[tuple[float, float]] = []
             for index in range(args.repeat):
                 # Alternate which goes first, so a trend in the machine's load falls on both.
                 order = (True, False) if index % 2 == 0 else (False, True)
@@ -143,17 +145,21 @@ def main() -> None:
                     between()
         finally:
             cleanup()
-        rows.append((name, statistics.median(off), statistics.median(on), off, on))
+        rows.append((name, off, on))
         print(f"{name}: done, load average {loadavg()}", flush=True)
     print(f"load average after: {loadavg()}")
-    print("| backend | drain, no fleet (jobs/s) | drain, fleet (jobs/s) | cost |")
-    print("|---|---|---|---|")
-    for name, off_median, on_median, _, _ in rows:
-        cost = (off_median - on_median) / off_median * 100
-        print(f"| {name} | {off_median:,.0f} | {on_median:,.0f} | {cost:+.1f}% |")
-    for name, _, _, off, on in rows:
-        print(f"{name} runs, no fleet: {', '.join(f'{v:,.0f}' for v in off)}")
-        print(f"{name} runs, fleet:    {', '.join(f'{v:,.0f}' for v in on)}")
+    print("| backend | no fleet: jobs/s | fleet: jobs/s | cost | no fleet: CPU µs/job | fleet: CPU µs/job | cost |")
+    print("|---|---|---|---|---|---|---|")
+    for name, off, on in rows:
+        rate_off, rate_on = (statistics.median(r for r, _ in runs) for runs in (off, on))
+        cpu_off, cpu_on = (statistics.median(c for _, c in runs) for runs in (off, on))
+        print(
+            f"| {name} | {rate_off:,.0f} | {rate_on:,.0f} | {(rate_off - rate_on) / rate_off * 100:+.1f}% "
+            f"| {cpu_off:.1f} | {cpu_on:.1f} | {(cpu_on - cpu_off) / cpu_off * 100:+.1f}% |"
+        )
+    for name, off, on in rows:
+        print(f"{name} runs, no fleet: {', '.join(f'{r:,.0f} ({c:.1f} µs)' for r, c in off)}")
+        print(f"{name} runs, fleet:    {', '.join(f'{r:,.0f} ({c:.1f} µs)' for r, c in on)}")
 
 
 if __name__ == "__main__":
