@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
 from .batch import BatchGuard
@@ -25,6 +25,7 @@ from .chain import catch_job, hand_over, next_link
 from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
 from .job import Job, JobContext
 from .once import OnceGuard
+from .scopes import attempt_scopes
 from .types import ExceptionInfo, FailedJob, QueuedJob, encode
 
 if TYPE_CHECKING:
@@ -103,44 +104,6 @@ def context_for(container: Container, queued: QueuedJob, stop_requested: threadi
 
 def _no_context(queued: QueuedJob) -> ContextManager[Any]:
     return contextlib.nullcontext()
-
-
-#: What wraps each attempt in the thread that runs its ``handle`` (a worker's
-#: thread, ``drain()``, the sync driver, a timeout child), and its ``failed()``:
-#: tracing makes the attempt's span current with one.
-_SCOPES: list[Callable[[QueuedJob], ContextManager[Any]]] = []
-_NO_SCOPE: ContextManager[Any] = contextlib.nullcontext()
-
-
-def add_attempt_scope(scope: Callable[[QueuedJob], ContextManager[Any]]) -> None:
-    """Enter ``scope(job)`` around every attempt's ``handle`` (and ``failed()``),
-    in the thread that runs it. A timeout child has the scopes added before the
-    worker started (it is forked from the worker). A scope that raises on entry
-    is logged and left out; it never fails the attempt."""
-    if scope not in _SCOPES:
-        _SCOPES.append(scope)
-
-
-def remove_attempt_scope(scope: Callable[[QueuedJob], ContextManager[Any]]) -> None:
-    """Stop entering ``scope``."""
-    if scope in _SCOPES:
-        _SCOPES.remove(scope)
-
-
-def attempt_scopes(queued: QueuedJob) -> ContextManager[Any]:
-    """The scopes added with :func:`add_attempt_scope`, for ``queued``, outermost first."""
-    return _entered(list(_SCOPES), queued) if _SCOPES else _NO_SCOPE
-
-
-@contextlib.contextmanager
-def _entered(scopes: list[Callable[[QueuedJob], ContextManager[Any]]], queued: QueuedJob) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        for scope in scopes:
-            try:
-                stack.enter_context(scope(queued))
-            except Exception:  # noqa: BLE001 - a listener's scope must never fail the attempt
-                log.exception("an attempt scope (%r) raised on entry; ignored", scope)
-        yield
 
 
 class Executor:

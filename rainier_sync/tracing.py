@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import __version__, signals
 from .errors import DriverUnavailableError
-from .execution import add_attempt_scope, remove_attempt_scope
+from .scopes import add_attempt_scope, remove_attempt_scope
 
 try:
     from opentelemetry import context as otel_context

@@ -22,7 +22,8 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigurationError, PayloadError, RainierError, UnknownJobError
-from ..execution import attempt_scopes, check_result, context_for
+from ..execution import check_result, context_for
+from ..scopes import attempt_scopes
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 
 if TYPE_CHECKING:

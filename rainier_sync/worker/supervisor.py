@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _clock, signals
 from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
-from ..execution import INTERRUPTED, PROCESSED, Completion, Executor, attempt_scopes, decided
+from ..execution import INTERRUPTED, PROCESSED, Completion, Executor, decided
+from ..scopes import attempt_scopes
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 from .child import ForkServer, flush_stdio, kill_group
 from .children import _Child, _describe_status
