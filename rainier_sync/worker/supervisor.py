@@ -310,7 +310,8 @@ class Supervisor:
                 raise _ChildAttemptFailed(completion)
 
         try:
-            executor.through(chain, job, context, attempt)
+            with attempt_scopes(queued):  # the middleware runs here, as it would in a thread
+                executor.through(chain, job, context, attempt)
         except _ChildAttemptFailed as failed:
             return failed.completion
         except Exception as exc:  # noqa: BLE001 - a middleware that raises fails the attempt, not the worker

@@ -91,6 +91,28 @@ class TimedDispatchesOne(DispatchesOne):
     TIMEOUT = 10
 
 
+class NotesTheSpan:
+    """A job middleware that notes the span current around the attempt."""
+
+    seen: ClassVar[list[tuple[int, int]]] = []
+
+    def handle(self, job: Job, context: JobContext, call_next: Any) -> None:
+        NotesTheSpan.seen.append(current_ids())
+        call_next()
+
+
+@dataclass
+class TimedWithMiddleware(Job):
+    NAME = "tests.timed-with-middleware"
+    TIMEOUT = 10
+
+    def middleware(self) -> list[Any]:
+        return [NotesTheSpan()]
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
 @pytest.fixture
 def exporter() -> InMemorySpanExporter:
     return InMemorySpanExporter()
@@ -105,9 +127,10 @@ def provider(exporter: InMemorySpanExporter) -> TracerProvider:
 
 @pytest.fixture
 def tracing(provider: TracerProvider, registry: JobRegistry) -> Iterator[Tracing]:
-    for job_class in (Timed, SeesItsSpan, TimedSeesItsSpan, DispatchesOne, TimedDispatchesOne):
+    for job_class in (Timed, SeesItsSpan, TimedSeesItsSpan, DispatchesOne, TimedDispatchesOne, TimedWithMiddleware):
         registry.register(job_class)
     SeesItsSpan.seen.clear()
+    NotesTheSpan.seen.clear()
     installed = install_tracing(provider)
     yield installed
     installed.uninstall()
@@ -288,3 +311,14 @@ def test_a_job_dispatched_by_a_job_continues_its_trace(
     assert follow_up.name == f"rainier_sync dispatch {jobs.Record.NAME}"
     assert_child_of(follow_up, attempt)
     assert_child_of(attempt, first)
+
+
+@pytest.mark.skipif(not child.supported(), reason="supervised children need POSIX fork")
+@pytest.mark.timeout(60)
+def test_the_middleware_of_a_timed_job_runs_under_the_attempt_span_in_the_worker(
+    tracing: Tracing, exporter: InMemorySpanExporter, manager: QueueManager
+) -> None:
+    manager.dispatch(TimedWithMiddleware())
+    assert once(manager, concurrency=1).processed == 1
+    (attempt,) = spans(exporter, SpanKind.CONSUMER)
+    assert NotesTheSpan.seen == [ids_of(attempt)]
