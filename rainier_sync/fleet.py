@@ -304,20 +304,19 @@ class FleetRecorder:
         counts, waits = pending.counts, pending.waits
         # An attempt's start is on the monotonic clock (Completion.started): this makes it seconds since the epoch.
         offset = now - _clock.monotonic()
-        locate, buckets = bisect.bisect_left, WAIT_BUCKETS
-        for completion in completions:
+        locate, buckets, size = bisect.bisect_left, WAIT_BUCKETS, len(WAIT_BUCKETS)
+        for completion in completions:  # every settled attempt passes here: kept short
             job = completion.job
-            key = (job.queue, completion.outcome)
+            queue = job.queue
+            key = (queue, completion.outcome)
             counts[key] = counts.get(key, 0) + 1
-            started = completion.started
-            if started and job.attempts == 1:
-                dispatched = job.dispatched_at
-                if dispatched > 0:
-                    since = job.available_at if job.available_at > dispatched else dispatched
-                    histogram = waits.get(job.queue)
-                    if histogram is None:
-                        histogram = waits[job.queue] = [0] * len(buckets)
-                    histogram[locate(buckets, started + offset - since)] += 1
+            if job.attempts == 1 and completion.started:
+                since = job.available_at  # the due time: the dispatch, or later for a delayed job
+                if since < job.dispatched_at:
+                    since = job.dispatched_at
+                if since > 0:
+                    histogram = waits.get(queue) or waits.setdefault(queue, [0] * size)
+                    histogram[locate(buckets, completion.started + offset - since)] += 1
 
     def refresh(self, now: float) -> None:
         """Write the record and the counts; the next refresh falls due :data:`RECORD_EVERY` seconds after ``now``."""
