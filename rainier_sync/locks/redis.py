@@ -3,7 +3,7 @@ middleware's windows, counters and flags (paused queues), shared by every
 process that names the same Redis.
 
 Keys, under the store's ``prefix`` ``P``: ``P<key>`` a lock (its owner token,
-expiring by ``PX``); ``Pwindow:<key>`` a sliding window (sorted set of starts);
+expiring by ``PX``); ``Pwindow:<key>`` a sliding window (sorted set of batches of starts);
 ``Pcount:<key>`` a counter (hash); ``Pflags:<group>`` a set of raised flags;
 ``Pvalue:<key>`` a kept value (a job's result) and ``Pvalue:<key>:ready`` its wake-up list.
 """
@@ -25,7 +25,7 @@ from ..drivers.redis.connection import (
     _where,
 )
 from ..drivers.redis.scripts import source
-from .base import LockStore
+from .base import ROOMS, LockStore
 
 if TYPE_CHECKING:
     import redis
@@ -60,7 +60,7 @@ class RedisLockStore(LockStore):
         self._prefix = prefix
         self._release = client.register_script(source("lock_release"))
         self._renew = client.register_script(source("lock_renew"))
-        self._take = client.register_script(source("lock_take"))
+        self._take_many = client.register_script(source("lock_take_many"))
         self._count = client.register_script(source("lock_count"))
         self._tally_add = client.register_script(source("tally_add"))
         self._tally_settle = client.register_script(source("tally_settle"))
@@ -169,11 +169,17 @@ class RedisLockStore(LockStore):
     # their values (freezegun moves them); Redis's own expiry only clears keys
     # left idle well past their window.
     def take(self, key: str, limit: int, per: float) -> float:
-        name, keep = self._key("window:" + key), _keep_ms(per)
+        taken, rooms = self.take_many(key, 1, limit, per)
+        return 0.0 if taken else rooms[0]
 
-        def attempt() -> float:
-            reply = self._take(keys=[name], args=[_clock.now(), per, limit, uuid.uuid4().hex, keep])
-            return float(reply)
+    def take_many(self, key: str, n: int, limit: int, per: float, hold: float = 0.0) -> tuple[int, list[float]]:
+        """One script: the window is a sorted set of batches of starts (``<id>:<count>``)."""
+        name, keep, member = self._key("window:" + key), _keep_ms(per + hold), uuid.uuid4().hex
+
+        def attempt() -> tuple[int, list[float]]:
+            now = _clock.now()
+            reply = self._take_many(keys=[name], args=[now, per, limit, n, now + hold, member, keep, ROOMS])
+            return int(reply[0]), [float(room) for room in reply[1:]]
 
         return self._call(f"window {key!r}", attempt)
 
