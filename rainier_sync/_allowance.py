@@ -74,9 +74,10 @@ class Allowance:
         self._used = 0
         self._since: float | None = None
         self._pace = 0.0
-        self._trip = 0.0
+        #: Round trips to the store: their running mean, and the last one (seconds).
+        self._trip = self._last_trip = 0.0
         #: The window was left full: no room before this; its next rooms (clock times).
-        self._closed_until = 0.0
+        self._closed_until = self._crowded_until = 0.0
         self._rooms: list[float] = []
         #: When each deferred job this process booked into a room comes back (a heap).
         self._booked: list[float] = []
@@ -105,7 +106,7 @@ class Allowance:
                     self._waiting -= 1
                 self._fetching = True
                 reach = self._stretch()
-                want = self._want(reach)
+                want = self._want(reach, now)
             try:
                 began = _clock.now()
                 taken, rooms = self.store.take_many(self.key, want, self.limit, self.per, hold=reach + self._guard)
@@ -117,6 +118,9 @@ class Allowance:
             with self._ready:
                 self._learn(began, back, taken)
                 if rooms:
+                    # Starts taken ahead and left unused would crowd a full window: for one
+                    # window, take only what is needed now.
+                    self._crowded_until = began + self.per
                     self._closed_until = began + rooms[0]
                     self._rooms = [began + room for room in rooms]
                 if taken and back < began + reach:
@@ -128,7 +132,7 @@ class Allowance:
                     return self._book(back)
                 voids += bool(taken)
         raise SlowStore(
-            f"the lock store answered in {self._trip:.3f} s, past the {self._stretch():.3f} s its starts "
+            f"the lock store answered in {self._last_trip:.3f} s, past the {self._stretch():.3f} s its starts "
             f"can wait within a window of {self.per:g} s"
         )
 
@@ -155,12 +159,15 @@ class Allowance:
         must outlast the round trip that takes it), at most a quarter of ``per``."""
         return max(self._reach, min(3 * self._trip, self.per / 4))
 
-    def _want(self, reach: float) -> int:
-        demand = self._waiting + 1 + math.ceil(self._pace * reach)
+    def _want(self, reach: float, now: float) -> int:
+        if now < self._crowded_until:  # lately found full: what the waiting threads need, no more
+            return min(self._waiting + 1, self.limit)
+        demand = max(self._waiting + 1, math.ceil(self._pace * reach))
         return max(1, min(demand, math.ceil(self.limit * reach / self.per), self.limit))
 
     def _learn(self, began: float, back: float, taken: int) -> None:
-        self._trip = 0.7 * self._trip + 0.3 * max(0.0, back - began)
+        self._last_trip = max(0.0, back - began)
+        self._trip = 0.7 * self._trip + 0.3 * self._last_trip
         if self._since is not None and began > self._since:
             self._pace = 0.5 * self._pace + 0.5 * self._used / (began - self._since)
         self._since, self._used = began, 0

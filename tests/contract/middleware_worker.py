@@ -1,12 +1,13 @@
 """A worker process for the middleware process tests.
 
-python -m tests.contract.middleware_worker KIND URL PREFIX QUEUE MODE CONCURRENCY SLEEP RESERVATION
+python -m tests.contract.middleware_worker MODE CONCURRENCY SLEEP BACKEND...
 
-KIND is ``redis`` (RedisQueue + RedisLockStore under PREFIX) or ``postgres``
-(DatabaseQueue + DatabaseLockStore on URL; PREFIX unused). MODE ``once`` runs
-``--once`` passes until the queue's size is 0 (ready, delayed and reserved: a
-deferred job keeps it above 0), at most :data:`ONCE_FOR` seconds; ``forever``
-runs until SIGTERM. Prints the summed stats as one JSON line.
+BACKEND is what :meth:`tests.contract.processes.Backend.argv` gives (the
+driver and lock store of the test's place on a real server, and its queue).
+MODE ``once`` runs ``--once`` passes until the queue's size is 0 (ready,
+delayed and reserved: a deferred job keeps it above 0), at most
+:data:`ONCE_FOR` seconds; ``forever`` runs until SIGTERM. Prints the summed
+stats as one JSON line.
 """
 
 from __future__ import annotations
@@ -15,33 +16,19 @@ import json
 import sys
 import time
 from dataclasses import asdict
-from typing import Any
 
 from rainier_sync import QueueManager, Worker, WorkerOptions
 from tests.contract import middleware_jobs
+from tests.contract.processes import from_argv
 
 #: The longest a ``once`` process keeps running passes before it gives up.
-ONCE_FOR = 45.0
-
-
-def connect(kind: str, url: str, prefix: str, reservation: float) -> tuple[Any, Any]:
-    if kind == "redis":
-        from rainier_sync.drivers import RedisQueue
-        from rainier_sync.locks import RedisLockStore
-
-        return RedisQueue.from_url(url, prefix=prefix, reservation=reservation), RedisLockStore.from_url(
-            url, prefix=prefix + "lock:"
-        )
-    from rainier_sync.drivers.database import DatabaseQueue
-    from rainier_sync.locks import DatabaseLockStore
-
-    return DatabaseQueue.from_url(url, reservation=reservation), DatabaseLockStore.from_url(url)
+ONCE_FOR = 120.0
 
 
 def main(argv: list[str]) -> int:
-    kind, url, prefix, queue, mode, concurrency, sleep, reservation = argv
-    driver, locks = connect(kind, url, prefix, float(reservation))
-    manager = QueueManager({kind: driver}, locks=locks, registry=middleware_jobs.registry())
+    mode, concurrency, sleep = argv[:3]
+    driver, locks, queue = from_argv(argv[3:])
+    manager = QueueManager({argv[3]: driver}, locks=locks, registry=middleware_jobs.registry())
     options = {"queues": [queue], "concurrency": int(concurrency), "sleep": float(sleep), "reclaim_interval": 0.5}
     totals: dict[str, int] = {}
     code = 0
