@@ -74,19 +74,18 @@ def test_the_window_helper_counts_what_a_window_holds() -> None:
     assert most_in_a_window([], 1.0) == 0
 
 
-def test_a_rate_limit_holds_across_two_worker_processes_on_postgres_and_redis(
-    request: pytest.FixtureRequest, tmp_path: Path, workers: Workers
+def drain_under_a_limit(
+    request: pytest.FixtureRequest, tmp_path: Path, workers: Workers, total: int, limit: int, per: float = 1.0
 ) -> None:
-    """2,000 jobs under ``RateLimited(limit=50, per=1)`` take 40 s to drain on
-    each backend, so the two backends run side by side: two worker processes of
-    8 threads on PostgreSQL and two on Redis, four at once."""
-    total, limit, per = 2000, 50, 1.0
+    """``total`` jobs under ``RateLimited(limit, per)`` drained by two resident
+    worker processes of 8 threads on PostgreSQL and two on Redis, all four at
+    once; checks the ledger of their starts."""
     with contextlib.ExitStack() as stack:
         backends = [
             stack.enter_context(open_backend(request, tmp_path, kind, middleware_jobs.registry()))
             for kind in ("postgres", "redis")
         ]
-        # Given 2,000 jobs on each, limited to 50 starts a second, drained by two resident workers each
+        # Given the jobs on each backend, limited, drained by two resident workers each
         for backend in backends:
             limiter = f"api-{uuid.uuid4().hex[:8]}"
             backend.dispatch(
@@ -112,6 +111,24 @@ def test_a_rate_limit_holds_across_two_worker_processes_on_postgres_and_redis(
             starts = [float(start) for _, start, _ in lines]
             assert most_in_a_window(starts, per - RECORDING_SLACK) <= limit, backend.kind
             assert max(starts) - min(starts) >= (total // limit - 1) * per - RECORDING_SLACK
+
+
+def test_a_rate_limit_holds_across_two_worker_processes_on_postgres_and_redis(
+    request: pytest.FixtureRequest, tmp_path: Path, workers: Workers
+) -> None:
+    """2,000 jobs under ``RateLimited(limit=50, per=1)`` take 40 s to drain on
+    each backend, so the two backends run side by side (four worker processes
+    at once). A limit this near the load is taken one start at a time."""
+    drain_under_a_limit(request, tmp_path, workers, total=2000, limit=50)
+
+
+def test_starts_taken_several_at_a_time_hold_the_limit_across_worker_processes(
+    request: pytest.FixtureRequest, tmp_path: Path, workers: Workers
+) -> None:
+    """A limit of 500 a second lets a worker take up to 10 starts at once (what
+    the whole limit allows in 20 ms), and eight threads of no-op jobs keep it
+    full: the ledger shows no window over the limit all the same."""
+    drain_under_a_limit(request, tmp_path, workers, total=3000, limit=500)
 
 
 def test_without_overlapping_holds_across_two_worker_processes(backend: Backend, workers: Workers) -> None:
