@@ -121,8 +121,11 @@ class Allowance:
                     # Starts taken ahead and left unused would crowd a full window: for one
                     # window, take only what is needed now.
                     self._crowded_until = began + self.per
-                    self._closed_until = began + rooms[0]
-                    self._rooms = [began + room for room in rooms]
+                    # Counted from the answer, not the question: a room is then never
+                    # thought open before the store read the window (a job booked into it
+                    # would find it shut, and be booked again at the back).
+                    self._closed_until = back + rooms[0]
+                    self._rooms = [back + room for room in rooms]
                 if taken and back < began + reach:
                     if taken > 1:
                         self._groups.append([taken - 1, began + reach])
@@ -179,7 +182,9 @@ class Allowance:
         while booked and booked[0] <= now:
             heapq.heappop(booked)
         rooms, queued = self._rooms, len(booked)
-        if queued < len(rooms):
+        if not rooms:  # a store that named no room: the limit's pace from now
+            due = now + (queued + 1) * self.per / self.limit
+        elif queued < len(rooms):
             due = rooms[queued]
         elif len(rooms) == self.limit:  # every room of the window named: it comes round again after per
             due = rooms[queued % self.limit] + self.per * (queued // self.limit)
