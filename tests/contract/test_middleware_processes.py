@@ -45,7 +45,8 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
 
 
 def start(workers: Workers, backend: Backend, mode: str, concurrency: int = 4, sleep: float = 0.2) -> Any:
-    return workers.start(backend, mode, str(concurrency), str(sleep))
+    """A worker process (each notes ``ready-<pid>`` in the ledger directory as it starts to claim)."""
+    return workers.start(backend, mode, str(concurrency), str(sleep), str(backend.ledger))
 
 
 def ledger_lines(ledger: Path) -> list[list[str]]:
@@ -132,13 +133,19 @@ def test_starts_taken_several_at_a_time_hold_the_limit_across_worker_processes(
 
 
 def test_without_overlapping_holds_across_two_worker_processes(backend: Backend, workers: Workers) -> None:
-    # Given 200 jobs over 10 keys, drained by two --once workers of 4 threads
+    # Given two resident workers of 4 threads, both up, and then 200 jobs over 10 keys,
+    # the keys in turn, so that both processes' claims hold jobs of every key
     total, keys = 200, 10
+    procs = [start(workers, backend, "forever", concurrency=4) for _ in range(2)]
+    wait_until(lambda: len(list(backend.ledger.glob("ready-*"))) == 2, 30.0, 0.02, "both workers up")
     backend.dispatch(
-        [middleware_jobs.Exclusive(str(backend.ledger), n, f"key-{n % keys}", hold=0.02) for n in range(total)]
+        [
+            middleware_jobs.Exclusive(str(backend.ledger), n, f"key-{n % keys}", hold=0.02)
+            for n in range(total)
+        ]
     )
-    procs = [start(workers, backend, "once", concurrency=4) for _ in range(2)]
-    stats = [workers.finish(proc) for proc in procs]
+    wait_until(lambda: len(ledger_lines(backend.ledger)) >= total, 60.0, 0.05, "every job")
+    stats = [workers.stop(proc) for proc in procs]
 
     # Then every job ran once, on its first attempt, and no two of one key overlapped.
     lines = ledger_lines(backend.ledger)

@@ -45,5 +45,7 @@ SOURCES = {
         "retry",
         "forget",
         "counts",
+        "browse",
+        "find",
     )
 }
