@@ -209,8 +209,8 @@ def test_a_paused_queue_is_not_claimed_by_a_worker_in_another_process(
 ) -> None:
     """On SQS and Kafka the pause is a flag in the manager's lock store (here on
     Redis), as on the others. An SQS worker's long poll (1 s here) that began
-    before the pause may still bring a job in (it is held, not run); the wait
-    before dispatching outlasts it."""
+    before the pause still receives until it ends; the wait before dispatching
+    outlasts it."""
     sleep, total = 0.2, 20
     with open_backend(request, tmp_path, kind, middleware_jobs.registry(), reservation=5.0) as backend:
         ledger = str(backend.ledger)
