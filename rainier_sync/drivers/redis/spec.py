@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError
-from ..spec import QUEUE_DECOY, Declared, DriverSpec, Setting, count, flag, millis, seconds, text, url
+from ..spec import OUTBOX, QUEUE_DECOY, Declared, DriverSpec, Setting, count, flag, millis, seconds, text, url
 
 __all__ = ["SPEC"]
 
@@ -43,6 +43,7 @@ SPEC = DriverSpec(
         "url": Setting(url(("redis", "rediss", "unix"), "redis://127.0.0.1:6379/1"), env=("REDIS_URL",), required=""),
         "prefix": Setting(text(), env=("REDIS_QUEUE_PREFIX",)),
         "reservation": Setting(seconds(), env=("QUEUE_RESERVATION",)),
+        "outbox": OUTBOX,
         "connect_timeout_ms": Setting(millis()),
         "response_timeout_ms": Setting(millis()),
         "reconnect": Setting(flag()),
