@@ -24,10 +24,6 @@ from tests.support import wait_until
 
 pytestmark = [pytest.mark.slow]
 
-#: Time from a job's limiter check to the start it records (a thread switch or
-#: two, longer on a loaded machine than the guard the limiter stamps starts
-#: with); the windows checked over recorded starts are shorter by this much.
-RECORDING_SLACK = 0.1
 WORKER = "tests.contract.middleware_worker"
 
 
@@ -58,21 +54,28 @@ def ledger_lines(ledger: Path) -> list[list[str]]:
     return lines
 
 
-def most_in_a_window(starts: list[float], width: float) -> int:
-    """The most ``starts`` that any half-open window ``[t, t + width)`` holds."""
-    starts = sorted(starts)
-    most, first = 0, 0
-    for last, start in enumerate(starts):
-        while starts[first] <= start - width:
-            first += 1
-        most = max(most, last - first + 1)
+def most_surely_in_a_window(spans: list[tuple[float, float]], width: float) -> int:
+    """The most ``(before, after)`` spans that lie wholly inside one half-open
+    window ``[t, t + width)``: each span holds the moment its start was granted,
+    so that many grants surely fell in one window (a start recorded late, by a
+    process kept off the CPU, can only make this count smaller)."""
+    spans = sorted(spans)
+    most = 0
+    for first, (begin, _) in enumerate(spans):
+        inside = 0
+        for before, after in spans[first:]:
+            if before >= begin + width:
+                break
+            inside += after < begin + width
+        most = max(most, inside)
     return most
 
 
-def test_the_window_helper_counts_what_a_window_holds() -> None:
-    assert most_in_a_window([0.0, 0.5, 0.99, 1.0, 1.5], 1.0) == 3
-    assert most_in_a_window([0.0, 1.0, 2.0], 1.0) == 1
-    assert most_in_a_window([], 1.0) == 0
+def test_the_window_helpers_count_what_a_window_holds() -> None:
+    assert most_surely_in_a_window([(0.0, 0.0), (0.5, 0.6), (0.9, 0.99), (1.0, 1.0)], 1.0) == 3
+    assert most_surely_in_a_window([(0.0, 0.0), (0.5, 1.2), (0.9, 0.99)], 1.0) == 2, "a span past the window"
+    assert most_surely_in_a_window([(0.0, 0.1), (1.0, 1.1), (2.0, 2.1)], 1.0) == 1
+    assert most_surely_in_a_window([], 1.0) == 0
 
 
 def drain_under_a_limit(
@@ -100,18 +103,19 @@ def drain_under_a_limit(
         for backend in backends:
             # Then every job ran exactly once, on its first attempt (a deferral spends no try) ...
             done, lines = stats[backend.kind], ledger_lines(backend.ledger)
-            assert sorted(int(n) for n, _, _ in lines) == list(range(total)), backend.kind
-            assert {attempt for _, _, attempt in lines} == {"1"}, backend.kind
+            assert sorted(int(n) for n, _, _, _ in lines) == list(range(total)), backend.kind
+            assert {attempt for _, _, _, attempt in lines} == {"1"}, backend.kind
             assert backend.size() == 0
             assert sum(s["processed"] for s in done) == total
             assert sum(s["failed"] + s["released"] for s in done) == 0
-            assert sum(s["deferred"] for s in done) >= total - limit, "the limit was never met"
+            # (a job first looked at in a later window may start without a deferral)
+            assert sum(s["deferred"] for s in done) > 0, "the limit was never met"
             assert all(s["processed"] > 0 for s in done), f"one worker did everything: {done}"
 
             # ... and no window of `per` seconds, across both processes, held more than `limit` starts.
-            starts = [float(start) for _, start, _ in lines]
-            assert most_in_a_window(starts, per - RECORDING_SLACK) <= limit, backend.kind
-            assert max(starts) - min(starts) >= (total // limit - 1) * per - RECORDING_SLACK
+            spans = [(float(before), float(after)) for _, before, after, _ in lines]
+            assert most_surely_in_a_window(spans, per) <= limit, backend.kind
+            assert max(a for _, a in spans) - min(b for b, _ in spans) >= (total // limit - 1) * per
 
 
 def test_a_rate_limit_holds_across_two_worker_processes_on_postgres_and_redis(
@@ -197,7 +201,7 @@ def test_a_killed_holder_lock_lapses_after_expire_after(backend: Backend, worker
     assert sorted(int(line[0]) for line in runs) == list(range(6))
     assert next(int(line[4]) for line in runs if line[0] == "0") >= 2, "the killed job runs again"
     spans = sorted((float(line[2]), float(line[3])) for line in runs)
-    assert spans[0][0] >= taken + expire_after - RECORDING_SLACK, "a job ran while the dead holder's lock lived"
+    assert spans[0][0] >= taken + expire_after, "a job ran while the dead holder's lock lived"
     for (_, end), (began, _) in zip(spans, spans[1:], strict=False):
         assert began >= end
     assert backend.size() == 0
