@@ -15,16 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import _clock
-from ..drivers.redis.connection import (
-    _check_url,
-    _client,
-    _connection_settings,
-    _ours,
-    _Reconnect,
-    _retrying,
-    _where,
-)
+from ..drivers.redis.connection import _connection_settings, _ours, _Reconnect, _retrying
 from ..drivers.redis.scripts import source
+from ..drivers.redis.targets import _target
+from ..drivers.redis.topology import _Topology
 from .base import LockStore
 
 if TYPE_CHECKING:
@@ -53,23 +47,54 @@ class RedisLockStore(LockStore):
 
     Expiry is Redis's own clock (``PX``), so a lock outlives a dead holder by at most its ttl.
     Usable with any queue driver. Redis out of reach raises :class:`RedisUnavailableError`.
+    Takes a ``redis.Redis`` (one from a Sentinel's ``master_for`` too) or a ``RedisCluster``.
     """
 
-    def __init__(self, client: redis.Redis, prefix: str = "rainier:lock:") -> None:
-        self._client = client
+    def __init__(self, client: redis.Redis | Any, prefix: str = "rainier:lock:") -> None:
+        self._topology = client if isinstance(client, _Topology) else _Topology.of(client)
         self._prefix = prefix
-        self._release = client.register_script(source("lock_release"))
-        self._renew = client.register_script(source("lock_renew"))
-        self._take = client.register_script(source("lock_take"))
-        self._count = client.register_script(source("lock_count"))
-        self._tally_add = client.register_script(source("tally_add"))
-        self._tally_settle = client.register_script(source("tally_settle"))
+        self._registered: dict[str, Any] = {}
         self._policy = _Reconnect()
+
+    @property
+    def _client(self) -> Any:
+        return self._topology.client
+
+    def _script(self, name: str) -> Any:
+        """Script ``name`` registered with the client (on first use: a cluster's client is made then)."""
+        script = self._registered.get(name)
+        if script is None:
+            script = self._registered[name] = self._client.register_script(source(name))
+        return script
+
+    @property
+    def _release(self) -> Any:
+        return self._script("lock_release")
+
+    @property
+    def _renew(self) -> Any:
+        return self._script("lock_renew")
+
+    @property
+    def _take(self) -> Any:
+        return self._script("lock_take")
+
+    @property
+    def _count(self) -> Any:
+        return self._script("lock_count")
+
+    @property
+    def _tally_add(self) -> Any:
+        return self._script("tally_add")
+
+    @property
+    def _tally_settle(self) -> Any:
+        return self._script("tally_settle")
 
     @classmethod
     def from_url(
         cls,
-        url: str,
+        url: str | None,
         prefix: str = "rainier:lock:",
         *,
         connect_timeout_ms: float | None = None,
@@ -77,10 +102,13 @@ class RedisLockStore(LockStore):
         reconnect: bool = False,
         reconnect_attempts: int | None = None,
         reconnect_max_backoff_ms: float | None = None,
+        sentinels: Sequence[str] | str | None = None,
+        service_name: str | None = None,
     ) -> RedisLockStore:
-        """Connect to ``url`` (``redis://host:port/db``); the timeouts and reconnect
-        settings mean what they do for :meth:`RedisQueue.from_url`."""
-        _check_url("RedisLockStore", url)
+        """Connect to ``url`` (``redis://host:port/db``, ``redis+sentinel://…``,
+        ``redis+cluster://…``); the timeouts, reconnect, ``sentinels`` and
+        ``service_name`` settings mean what they do for :meth:`RedisQueue.from_url`."""
+        target = _target("RedisLockStore", url, sentinels, service_name)
         connect_timeout, response_timeout, policy = _connection_settings(
             "redis lock store",
             connect_timeout_ms,
@@ -89,7 +117,7 @@ class RedisLockStore(LockStore):
             reconnect_attempts,
             reconnect_max_backoff_ms,
         )
-        store = cls(_client(url, connect_timeout, response_timeout, None), prefix=prefix)
+        store = cls(_Topology(target, connect_timeout, response_timeout, None), prefix=prefix)
         store._policy = policy
         return store
 
@@ -97,10 +125,10 @@ class RedisLockStore(LockStore):
         return self._prefix + key
 
     def _named(self) -> str:
-        return f"redis lock store ({_where(self._client)})"
+        return f"redis lock store ({self._topology.describe()})"
 
     def _call(self, what: str, attempt: Callable[[], _T]) -> _T:
-        return _retrying(self._policy, self._named, what, attempt)
+        return _retrying(self._policy, self._named, what, attempt, topology=self._topology)
 
     def acquire(self, key: str, owner: str, ttl: float) -> bool:
         name, px = self._key(key), _ttl_ms(ttl, key)
@@ -264,7 +292,7 @@ class RedisLockStore(LockStore):
         return {_text(k): int(v) for k, v in got.items()} if got else None
 
     def close(self) -> None:
-        self._client.close()
+        self._topology.close()
 
 
 def _text(value: Any) -> str:
