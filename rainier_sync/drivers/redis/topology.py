@@ -117,7 +117,11 @@ class _Topology:
         if target.kind == "sentinel":
             sentinel: Any = _SentinelClass(
                 list(target.hosts),
-                sentinel_kwargs={"socket_connect_timeout": connect_timeout, "socket_timeout": response_timeout},
+                sentinel_kwargs={
+                    "socket_connect_timeout": connect_timeout,
+                    "socket_timeout": response_timeout,
+                    "retry": _no_retry(),  # a sentinel that does not answer: the next one is asked
+                },
             )
             return sentinel.master_for(target.service, db=target.db, retry=_no_retry(), **credentials, **common)
         try:
@@ -240,6 +244,8 @@ class _SentinelWatch:
 
     def __init__(self, topology: _Topology) -> None:
         self._topology = topology
+        # in the order given (redis-py moves the one that answered to the front of its own list)
+        self._sentinels = list(topology.client.connection_pool.sentinel_manager.sentinels)
         self._pubsub: Any = None
         self._lock = threading.Lock()
         self._next = 0
@@ -290,8 +296,7 @@ class _SentinelWatch:
 
     def _open(self) -> None:
         client = self._topology.client
-        sentinels = client.connection_pool.sentinel_manager.sentinels
-        sentinel = sentinels[self._next % len(sentinels)]
+        sentinel = self._sentinels[self._next % len(self._sentinels)]
         pubsub = sentinel.pubsub()
         try:
             pubsub.subscribe("+switch-master")
