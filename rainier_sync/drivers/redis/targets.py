@@ -30,9 +30,9 @@ class _Target(NamedTuple):
     password: str | None = None
 
 
-def _host_port(owner: str, what: str, written: Any, default_port: int) -> tuple[str, int]:
+def _host_port(owner: str, what: str, written: Any, default_port: int, where: str = "") -> tuple[str, int]:
     if not isinstance(written, str) or not written.strip():
-        raise ConfigurationError(f"{owner}: {what} must be host:port, got {written!r}")
+        raise ConfigurationError(f"{owner}: {what}{where} must be host:port, got {written!r}")
     text = written.strip()
     if text.startswith("["):  # [::1]:26379
         host, _, rest = text[1:].partition("]")
@@ -42,22 +42,24 @@ def _host_port(owner: str, what: str, written: Any, default_port: int) -> tuple[
         if not colon:
             host, port_text = text, ""
     if not host or port_text is None or any(c in host for c in "/@,? "):
-        raise ConfigurationError(f"{owner}: {what} must be host:port, got {written!r}")
+        raise ConfigurationError(f"{owner}: {what}{where} must be host:port, got {written!r}")
     if not port_text:
         return host, default_port
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ConfigurationError(f"{owner}: {what} {written!r} has no valid port (1 to 65535)")
+        raise ConfigurationError(f"{owner}: {what} {written!r}{where} has no valid port (1 to 65535)")
     return host, int(port_text)
 
 
-def _host_list(owner: str, what: str, entries: Sequence[Any], default_port: int) -> tuple[tuple[str, int], ...]:
-    hosts = tuple(_host_port(owner, what, entry, default_port) for entry in entries)
+def _host_list(
+    owner: str, what: str, entries: Sequence[Any], default_port: int, where: str = ""
+) -> tuple[tuple[str, int], ...]:
+    hosts = tuple(_host_port(owner, what, entry, default_port, where) for entry in entries)
     if not hosts:
-        raise ConfigurationError(f"{owner}: no {what} given")
+        raise ConfigurationError(f"{owner}: no {what} given{where}")
     seen: set[tuple[str, int]] = set()
     for host in hosts:
         if host in seen:
-            raise ConfigurationError(f"{owner}: {what} {host[0]}:{host[1]} is named twice")
+            raise ConfigurationError(f"{owner}: {what} {host[0]}:{host[1]} is named twice{where}")
         seen.add(host)
     return hosts
 
@@ -84,7 +86,7 @@ def _parse_multi(owner: str, url: str, scheme: str, default_port: int) -> tuple[
     netloc, _, path = rest.partition("/")
     creds, _, hostlist = netloc.rpartition("@")
     what = "sentinel" if scheme == SENTINEL_SCHEME else "cluster node"
-    hosts = _host_list(owner, f"{what} in {url!r}", hostlist.split(",") if hostlist else [], default_port)
+    hosts = _host_list(owner, what, hostlist.split(",") if hostlist else [], default_port, f" in {url!r}")
     return hosts, _credentials(creds), [segment for segment in path.split("/")] if path else []
 
 
