@@ -20,10 +20,12 @@ driver retries itself (its connections never do), so a reservation that waited
 out an outage is not recorded as already lapsed.
 
 The parts: :mod:`.wire` (how jobs, entries and records are written and read),
-:mod:`.core` (the client and the connections scripts run on), :mod:`.reading`
-(idle waits: wake-up notifications and blocking reads), :mod:`.session` (an
-owning loop's consumer operations) and :mod:`.failed` (the failed store);
-:class:`RedisQueue` composes them.
+:mod:`.keys` (the key names), :mod:`.targets` and :mod:`.topology` (what a URL
+points at: one server, Sentinel, a cluster; where a key's commands go),
+:mod:`.core` (the client and the connections scripts run on), :mod:`.wakeups`
+and :mod:`.reading` (idle waits: wake-up notifications and blocking reads),
+:mod:`.session` (an owning loop's consumer operations) and :mod:`.failed`
+(the failed store); :class:`RedisQueue` composes them.
 """
 
 from __future__ import annotations

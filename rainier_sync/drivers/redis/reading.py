@@ -1,17 +1,14 @@
 """The Redis driver's idle waits: wake-up notifications and blocking reads.
 
 An idle loop waits on a subscription to ``P + "wake"`` (a push, release,
-retry or reclaim publishes there), and also blocks in ``XREADGROUP`` on a
+retry or reclaim publishes there: :mod:`.wakeups`), and also blocks in ``XREADGROUP`` on a
 connection of its own (one per owning loop), so a job pushed to a stream it
 reads reaches it with the push, not a round trip after the notification. What
 that read takes waits in the loop's stash for its next reserve.
 
 On Redis Cluster one ``XREADGROUP`` may only name keys of one slot, so the
 blocking read covers the first of the loop's queues that has a stream; the
-others wake it by notification. The notification is ordinary pub/sub, which
-a cluster carries to every node: a push publishes only once per idle spell of
-its queue, so that costs little, and one subscription on any node hears every
-queue.
+others wake it by notification.
 """
 
 from __future__ import annotations
@@ -26,7 +23,8 @@ from ... import _clock
 from ...errors import DriverUnavailableError
 from ...types import QueuedJob
 from ..base import Waker
-from .core import _Call, _RedisCore
+from .core import _Call
+from .wakeups import _WakeUps
 from .wire import _GROUP, _PROMOTE, _num, _Taken
 
 try:
@@ -67,7 +65,7 @@ class _LoopState:
         self.generation = generation
 
 
-class _IdleReading(_RedisCore):
+class _IdleReading(_WakeUps):
     """Idle waits, and handing out what a loop's blocking read took."""
 
     def __init__(
@@ -80,35 +78,18 @@ class _IdleReading(_RedisCore):
         reconnect: bool = False,
     ) -> None:
         super().__init__(client, prefix, reservation, consumer=consumer, reconnect=reconnect)
-        # A subscription to P + "wake", read by the waiting loops themselves
-        # (whichever finds it readable first), bumps ``_wake_seq`` and sets every
-        # waiting waker; a wait returns at once when a notification came after the
-        # last reserve began.
-        self._mutex = threading.Lock()
-        self._waiters: set[Waker] = set()
-        self._wake_seq = 0
         # Each owning loop has its own _LoopState (in its session; per thread for
         # consumer operations called on the driver itself): two workers on one
         # driver must not consume each other's notifications.
         self._loops = threading.local()
         self._generation = 0
-        self._pubsub: Any = None
-        self._pubsub_generation = 0
-        self._listen_lock = threading.Lock()
         self._all_reads: set[_IdleRead] = set()
         self._blocking_reads = True
-        self._subscribe_failures = 0
-        self._subscribe_after = 0.0
-        self._closed = threading.Event()
 
     def _forked(self) -> None:
         super()._forked()
-        self._pubsub = None
-        self._listen_lock = threading.Lock()
         self._generation += 1  # every loop's blocking read is the parent's
         self._all_reads = set()
-        self._mutex = threading.Lock()
-        self._waiters = set()
 
     def _loop_state(self) -> _LoopState:
         """The calling thread's loop state, for consumer operations called on the driver itself."""
@@ -285,14 +266,7 @@ class _IdleReading(_RedisCore):
         if read is not None and read.conn is not None and read.generation != generation:
             with read.lock:  # what it took is checked against the new master as it is handed out
                 self._drop_read(read, ConnectionError("a new master"))
-        if self._pubsub is not None and self._pubsub_generation != generation:
-            with self._listen_lock:
-                pubsub, self._pubsub = self._pubsub, None
-            if pubsub is not None:
-                try:
-                    pubsub.close()
-                except Exception:  # noqa: BLE001 - the old master's
-                    pass
+        self._follow_subscription()
 
     def _idle_read(self, state: _LoopState) -> _IdleRead:
         """An owning loop's blocking-read state (made on first use)."""
@@ -468,66 +442,6 @@ class _IdleReading(_RedisCore):
         for job in self._taken_jobs([item for item in stash if item[2] in still]):
             self._put_back(job, 0.0, max(0, job.attempts - 1))
 
-    def _subscription(self) -> Any:
-        """The wake-up subscription, opened on first use (None while Redis refuses it)."""
-        self._after_fork()
-        if self._pubsub is not None:
-            return self._pubsub
-        with self._listen_lock:
-            if self._pubsub is None and not self._closed.is_set() and _clock.monotonic() >= self._subscribe_after:
-                generation = self._topology.generation
-                pubsub: Any = None
-                try:
-                    pubsub = self._client.pubsub()
-                    pubsub.subscribe(self.keys.channel())
-                except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-                    self._subscription_lost(pubsub, exc)
-                else:
-                    self._subscribe_failures = 0
-                    self._pubsub, self._pubsub_generation = pubsub, generation
-            return self._pubsub
-
-    def _subscription_lost(self, pubsub: Any, exc: BaseException) -> None:
-        """Drop a broken subscription; waits fall back to their timeout until it reopens."""
-        self._subscribe_failures += 1
-        self._subscribe_after = _clock.monotonic() + min(0.05 * 2**self._subscribe_failures, 2.0)
-        log.debug("redis wake-up subscription: %s; subscribing again shortly", exc)
-        if self._pubsub is pubsub:
-            self._pubsub = None
-        self._topology.refresh()  # on a cluster, its node may have gone
-        if pubsub is None:
-            return
-        try:
-            pubsub.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection
-            pass
-
-    def _drain(self, pubsub: Any) -> bool:
-        """Read every message already arrived; True (and every waiting loop woken) if
-        any did, or if the subscription broke, since a notification may be lost then.
-        The subscription's own confirmation counts: before it, nothing was heard."""
-        with self._listen_lock:
-            if self._pubsub is not pubsub:
-                got = True  # replaced or dropped meanwhile
-            else:
-                got = False
-                try:
-                    while pubsub.get_message(timeout=0.0) is not None:
-                        got = True
-                except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-                    self._subscription_lost(pubsub, exc)
-                    got = True
-        if got:
-            self._notify()
-        return got
-
-    def _notify(self) -> None:
-        with self._mutex:
-            self._wake_seq += 1
-            waiters = list(self._waiters)
-        for waker in waiters:
-            waker.set()
-
     def _end_reads(self) -> None:
         """Stop new blocking reads, end every outstanding one and hand back what they took."""
         self._closed.set()  # first: no loop sends a new blocking read while the old ones end
@@ -538,12 +452,3 @@ class _IdleReading(_RedisCore):
                 self._end_read(read)
             except Exception as exc:  # noqa: BLE001 - closing: what the read took lapses and runs again
                 log.warning("redis queue closing: could not hand back what a blocking read took: %s", exc)
-
-    def _close_subscription(self) -> None:
-        with self._listen_lock:
-            pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            try:
-                pubsub.close()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
