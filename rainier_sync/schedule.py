@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from ._checks import check_number
 from .errors import ConfigurationError
 from .once import OnceGuard
 
@@ -131,11 +132,7 @@ class Schedule:
         multiples of it since the epoch (UTC), so every scheduler agrees on the ticks."""
         entry = self._entry(job, name)
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
-            raise ConfigurationError(
-                f"schedule entry {entry.name!r}: every must be a positive number of seconds or a timedelta, "
-                f"got {interval!r}"
-            )
+        check_number(f"schedule entry {entry.name!r}: every", seconds, unit="seconds (or a timedelta)")
         entry.every, entry._zone = float(seconds), timezone.utc
         self.entries[entry.name] = entry
         return self

@@ -262,8 +262,10 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
     manager = frontend.manager(args)
     wanted = [q for q in (args.queue or "").split(",") if q]
     report: list[dict[str, Any]] = []
+    inline: dict[str, bool] = {}
     for name, driver in selected(manager, args.connection):
         entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0, "workers": []}
+        inline[name] = not driver.promises.deferred
         if driver.promises.deferred:
             entry["workers"] = [worker.to_dict() for worker in manager.workers(name)]
             paused = manager.paused(name)
@@ -284,8 +286,9 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
         return EXIT_OK
     rows: list[list[str]] = []
     for entry in report:
-        if entry["driver"] == "sync":
-            rows.append([entry["connection"], "sync", "(runs jobs inline)", "", "", "", "", str(entry["failed"])])
+        if inline[entry["connection"]]:
+            failed = str(entry["failed"])
+            rows.append([entry["connection"], entry["driver"], "(runs jobs inline)", "", "", "", "", failed])
             continue
         if not entry["queues"]:
             rows.append([entry["connection"], entry["driver"], "(no jobs)", "0", "0", "0", "0", str(entry["failed"])])

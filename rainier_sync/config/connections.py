@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from .._checks import check_number
 from ..drivers.spec import Bad, Declared, DriverSpec, driver_names, driver_spec
 from ..errors import ConfigurationError
 from .schema import refusal, suggest
@@ -338,8 +339,7 @@ class Connections:
         longest = longest_job_seconds
         if isinstance(longest, timedelta):
             longest = longest.total_seconds()
-        if isinstance(longest, bool) or not isinstance(longest, (int, float)) or not longest > 0:
-            raise ConfigurationError(f"longest_job_seconds must be a positive number of seconds, got {longest!r}")
+        check_number("longest_job_seconds", longest, unit="seconds")
         short = []
         for config in self:
             period = config.period()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _clock, signals
 from ..errors import ConfigurationError
-from ..execution import ABANDONED, INTERRUPTED, Completion, Executor
+from ..execution import ABANDONED, Completion, Executor
 from ..fleet import RECORD_EVERY, FleetRecorder
 from ..scheduler import Scheduler
 from ..types import QueuedJob
@@ -30,6 +30,7 @@ from .health import TOUCH_EVERY, Health, HealthFile, WorkerHealth
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
 from .pool import Pool
 from .settle import Claims
+from .stopping import Stopping
 
 if TYPE_CHECKING:
     from ..container import Container
@@ -42,7 +43,7 @@ __all__ = ["Worker"]
 log = logging.getLogger("rainier_sync")
 
 
-class Worker(Control):
+class Worker(Control, Stopping):
     """Runs jobs from one connection of a :class:`~rainier_sync.QueueManager`.
 
     ``run()`` blocks until stopped (or, with ``once``, until nothing is due);
@@ -218,26 +219,6 @@ class Worker(Control):
             fleet.refresh(now)
         claims.collect(now)
 
-    def _stopping(self) -> bool:
-        """A turn once stopped: hand back what never started, settle, wait out the grace."""
-        claims = self._claims
-        self._gather_unstarted()
-        handed_back = self._give_back()
-        settled = claims.settle(_clock.monotonic())
-        if handed_back and settled and not claims.held:
-            return False
-        if self._grace_over():
-            if self.attempts.interrupt_children():
-                self._waker.wait(0.05)
-                return True
-            self._abandon_running()
-            return False
-        if not (handed_back and settled):
-            self._backend_failed()
-            return True
-        self._waker.wait(0.1)
-        return True
-
     def _claim(self, now: float) -> bool:
         """Settle and claim for the room there is, or wait for room; False when a run is done."""
         opts, claims, pool = self.options, self._claims, self._line()
@@ -398,43 +379,11 @@ class Worker(Control):
         if threading.get_ident() == self._loop_thread:
             self.stats.discarded += 1
 
-    def _grace_over(self) -> bool:
-        return self._stopped_at is not None and _clock.monotonic() - self._stopped_at >= self.options.grace
-
     def _hand_out(self, jobs: list[QueuedJob]) -> None:
         self._claims.claimed(jobs)
         self._taken += len(jobs)
         rank = self._rank
         self._line().submit(jobs, key=lambda job: (rank.get(job.queue, 0), job.priority))
-
-    def _gather_unstarted(self) -> None:
-        """Take the jobs waiting in the pool's line, and those a thread declined, to hand back."""
-        self._unstarted.extend(self._line().hold())
-        while self._declined:
-            self._unstarted.append(self._declined.popleft())
-
-    def _hand_back(self, jobs: list[QueuedJob]) -> None:
-        """Return jobs that never ran: uncounted where the driver can, else released (counted)."""
-        session = self._consumer()
-        if session.capabilities.give_back:
-            session.give_back(jobs)
-        else:
-            for job in jobs:
-                session.release(job, 0)
-
-    def _give_back(self) -> bool:
-        """Hand back the claimed jobs that never started (at stop); False when the backend failed."""
-        if not self._unstarted:
-            return True
-        jobs = self._unstarted
-        try:
-            self._hand_back(jobs)
-        except Exception as exc:  # noqa: BLE001 - retried; at worst their reservations lapse
-            self._health.failed("give_back", exc)
-            return False
-        self._unstarted = []
-        self._claims.let_go(jobs)
-        return True
 
     def _running_since(self) -> list[tuple[QueuedJob, float]]:
         """The attempts running now, and when each started (seconds since the epoch)."""
@@ -448,35 +397,6 @@ class Worker(Control):
         jobs = list(self._claims.running.values())
         if jobs:
             self._health.call("extend", self._consumer().extend, jobs, self.driver.reservation)
-
-    def _abandon_running(self) -> None:
-        """The grace is over: hand back the attempts still running in threads, without
-        spending a try (their threads cannot be stopped; the process is on its way out)."""
-        claims = self._claims
-        claims.collect(_clock.monotonic())
-        finished = {id(c.job) for c in claims.unsettled}
-        cut_short = [job for key, job in claims.running.items() if key not in finished]
-        if cut_short:
-            try:
-                self._hand_back(cut_short)
-            except Exception as exc:  # noqa: BLE001 - their reservations lapse and they run again
-                self._health.failed("give_back", exc)
-                log.warning(
-                    "grace period over: %d running job(s) could not be handed back; they run again once "
-                    "their reservations lapse",
-                    len(cut_short),
-                )
-            else:
-                claims.announce([Completion(job, INTERRUPTED, interrupted=True) for job in cut_short])
-        left = len(claims.unsettled)
-        if left:
-            log.warning(
-                "grace period over: %d finished job(s) could not be settled; their reservations will lapse "
-                "and another worker will run them again",
-                left,
-            )
-        claims.running.clear()
-        self._unstarted = []
 
     # -- the pool ----------------------------------------------------------------------
     def _start_pool(self) -> Pool[QueuedJob]:

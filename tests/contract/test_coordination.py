@@ -145,8 +145,10 @@ def test_a_waiter_is_woken_when_the_value_is_put(store: LockStore) -> None:
     name = key()
     store.put_value(name, "pending", 60)
     assert store.wait_value(name, 0.05, lambda v: v != "pending") == "pending", "times out with the last value"
-    threading.Timer(0.2, store.put_value, args=(name, "done", 60)).start()
+    putter = threading.Timer(0.2, store.put_value, args=(name, "done", 60))
+    putter.start()
     assert store.wait_value(name, 10, lambda v: v != "pending") == "done"
+    putter.join(10)  # the waiter can see the value before the putter has read its reply
 
 
 def test_a_tally_counts_each_member_once(store: LockStore) -> None:

@@ -186,10 +186,14 @@ def test_a_rate_limit_holds_across_two_worker_processes(backend: Backend, worker
 
 
 def test_without_overlapping_holds_across_two_worker_processes(backend: Backend, workers: Workers) -> None:
-    # Given 100 jobs over 10 keys, drained by two --once workers of 4 threads
+    # Given 100 jobs over 10 keys, drained by two --once workers of 4 threads; each
+    # key's jobs are dispatched together, so the jobs claimed at once share keys
     total, keys = 100, 10
     backend.dispatch(
-        [middleware_jobs.Exclusive(str(backend.ledger), n, f"key-{n % keys}", hold=0.02) for n in range(total)]
+        [
+            middleware_jobs.Exclusive(str(backend.ledger), n, f"key-{n // (total // keys)}", hold=0.02)
+            for n in range(total)
+        ]
     )
     procs = [workers.start("once", concurrency=4) for _ in range(2)]
     stats = [workers.finish(proc) for proc in procs]

@@ -8,6 +8,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Sequence
 
+from ..._checks import check_number
 from ...types import QueuedJob
 from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
 from .backend import _Backend
@@ -39,8 +40,7 @@ class DatabaseCore(BaseQueue):
         synchronous_commit: bool = False,
         listen: bool | None = None,
     ) -> None:
-        if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
-            raise ValueError(f"reservation must be a positive number of seconds, got {reservation!r}")
+        check_number("reservation", reservation, unit="seconds")
         self.reservation: float = float(reservation)
         target = DatabaseUrl.parse(url)
         if listen is not None:
@@ -68,8 +68,7 @@ class DatabaseCore(BaseQueue):
         )
         if poll_interval is None:
             poll_interval = self._sql.poll_interval
-        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
-            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        check_number("poll_interval", poll_interval, unit="seconds")
         self.poll_interval = float(poll_interval)
         self.url = target.redacted
         self._backend = _Backend(

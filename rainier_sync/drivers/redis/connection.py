@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from ..._checks import check_number
 from ...errors import ConfigurationError, DriverUnavailableError, PayloadError, RedisUnavailableError
 
 try:
@@ -114,9 +115,7 @@ def _retrying(
 def _positive_ms(owner: str, name: str, value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigurationError(f"{owner}: {name} must be a positive number of milliseconds, got {value!r}")
-    return float(value) / 1000.0
+    return float(check_number(f"{owner}: {name}", value, unit="milliseconds")) / 1000.0
 
 
 def _connection_settings(
@@ -135,10 +134,7 @@ def _connection_settings(
     if not reconnect and (reconnect_attempts is not None or reconnect_max_backoff_ms is not None):
         given = "reconnect_attempts" if reconnect_attempts is not None else "reconnect_max_backoff_ms"
         raise ConfigurationError(f"{owner}: {given} has no effect without reconnect = true; set both")
-    if reconnect_attempts is not None and (
-        isinstance(reconnect_attempts, bool) or not isinstance(reconnect_attempts, int) or reconnect_attempts < 1
-    ):
-        raise ConfigurationError(f"{owner}: reconnect_attempts must be an int >= 1, got {reconnect_attempts!r}")
+    check_number(f"{owner}: reconnect_attempts", reconnect_attempts, whole=True, none=True)
     max_backoff = _positive_ms(owner, "reconnect_max_backoff_ms", reconnect_max_backoff_ms)
     policy = _Reconnect(reconnect_attempts or 3, max_backoff or 1.0) if reconnect else _Reconnect()
     return connect_timeout, response_timeout, policy

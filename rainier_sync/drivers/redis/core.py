@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ... import _clock
+from ..._checks import check_number
 from ...errors import ConfigurationError, DriverUnavailableError
 from ...types import ExceptionInfo, QueuedJob
 from ..base import BaseQueue
@@ -98,10 +99,7 @@ class _RedisCore(BaseQueue):
     ) -> None:
         if not isinstance(prefix, str) or not prefix or not prefix.isprintable():
             raise ConfigurationError(f"redis connection: prefix must be a non-empty printable string, got {prefix!r}")
-        if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
-            raise ConfigurationError(
-                f"redis connection: reservation must be a positive number of seconds, got {reservation!r}"
-            )
+        check_number("redis connection: reservation", reservation, unit="seconds")
         self._topology = client if isinstance(client, _Topology) else _Topology.of(client)
         self.prefix = prefix
         #: The key names (tagged per queue on a cluster).

@@ -16,28 +16,18 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ... import _clock, signals
-from ...errors import PayloadError, SqsBatchError
+from ...errors import PayloadError
 from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info
 from ..base import Consumer, Waker, as_job_list
 from . import wire
 from .client import BATCH, SYSTEM_ATTRIBUTES, Receipt, SqsLink, is_fifo, reaching, stale_receipt
 from .failed import SqsFailedQueue
 from .receipts import Receipts
+from .returns import MAX_VISIBILITY, PuttingBack, delete_entry, visible_now
 
 log = logging.getLogger("rainier_sync")
 
-#: ChangeMessageVisibility stays below SQS's 12-hour ceiling.
-MAX_VISIBILITY = 43_000
-
 _Held = tuple[str, dict[str, Any], Receipt]
-
-
-def _visible_now(receipt: Receipt) -> dict[str, Any]:
-    return {"ReceiptHandle": receipt.handle, "VisibilityTimeout": 0}
-
-
-def _delete(receipt: Receipt) -> dict[str, Any]:
-    return {"ReceiptHandle": receipt.handle}
 
 
 def _placeholder(queue: str, receipt: Receipt) -> QueuedJob:
@@ -45,7 +35,7 @@ def _placeholder(queue: str, receipt: Receipt) -> QueuedJob:
     return QueuedJob(id=receipt.message_id, name="(held)", queue=queue, payload={}, receipt=receipt)
 
 
-class SqsConsumer(Consumer):
+class SqsConsumer(PuttingBack, Consumer):
     """Claims, settlements and long polls of one :class:`SqsQueue`."""
 
     def __init__(self, link: SqsLink, failed: SqsFailedQueue, *, reservation: float, wait_time: int) -> None:
@@ -211,19 +201,6 @@ class SqsConsumer(Consumer):
         job.attempts += max(1, received)
         return job
 
-    def _hop(self, job: QueuedJob, remaining: float) -> None:
-        """Re-send a job whose delay outlasts SQS's 15 minutes with what is left."""
-        receipt: Receipt = job.receipt
-        url = receipt.url
-        if not self.receipts.was_hopped(receipt):
-            entry = wire.entry(replace(job, receipt=None), url, _clock.now())
-            if "DelaySeconds" not in entry:
-                entry["DelaySeconds"] = wire.hop_delay(remaining)
-            self.link.client.send_message(QueueUrl=url, **entry)
-            self.receipts.mark_hopped(receipt)
-        self.link.client.delete_message(QueueUrl=url, ReceiptHandle=receipt.handle)
-        self.receipts.hop_finished(receipt)
-
     def _discard(self, queue: str, body: str, receipt: Receipt, exc: Exception) -> None:
         info = ExceptionInfo.from_exception(exc)
         log.error(
@@ -266,119 +243,7 @@ class SqsConsumer(Consumer):
     @reaching("delete finished jobs")
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
         """``DeleteMessageBatch``, ten per call."""
-        self.link.receipt_batch("delete_message_batch", jobs, _delete)
-        self.receipts.settled(jobs)
-
-    @reaching("release a job")
-    def release(self, job: QueuedJob, delay: float = 0) -> None:
-        """``ChangeMessageVisibility`` to the delay (0: at once); a delay past 15
-        minutes re-sends the job with it instead."""
-        receipt: Receipt | None = job.receipt
-        if receipt is None:
-            return
-        if self._lapsed(job):
-            # Its message is visible again, or another worker runs it: changing
-            # it (or sending a later copy) would hide or duplicate that run.
-            log.warning(
-                "job %s (%s) not released: its reservation lapsed, so SQS delivers it again and that "
-                "receive counts this attempt",
-                job.id,
-                job.name,
-            )
-            self.receipts.settled([job])
-            return
-        wait = max(0.0, float(delay))
-        if wire.one_delay(wait) or is_fifo(receipt.url):
-            visibility = min(MAX_VISIBILITY, math.ceil(wait))
-            self._on_receipt("release", job, "change_message_visibility", VisibilityTimeout=visibility)
-            self.receipts.settled([job])
-            return
-        if not self.receipts.was_copied(receipt):
-            later = replace(job, receipt=None, available_at=_clock.now() + wait)
-            self.link.client.send_message(QueueUrl=receipt.url, **wire.entry(later, receipt.url, _clock.now()))
-            self.receipts.mark_copied(receipt)
-        self._on_receipt("release", job, "delete_message")
-        self.receipts.settled([job])
-
-    @reaching("hand jobs back")
-    def give_back(self, jobs: Sequence[QueuedJob]) -> None:
-        """Hand back jobs that never started, or whose attempt a stopping worker
-        interrupted, available at once and without spending a try.
-
-        SQS counts every receive, so on a standard queue each job is sent again
-        carrying the attempts before this one, and only then is the received
-        message deleted: the next receive hands it out with the same
-        ``attempts``. A copy that went out is not sent again when the call is
-        repeated after a failed delete. A FIFO queue keeps the group's order
-        instead: the message is made visible again, and that receive counts.
-        """
-        standard: list[QueuedJob] = []
-        fifo: list[QueuedJob] = []
-        for job in jobs:
-            if not isinstance(job.receipt, Receipt):
-                continue
-            if self._lapsed(job):
-                # Another receive may hold it now: a copy would run beside it.
-                log.warning(
-                    "job %s (%s) not handed back: its reservation lapsed, so SQS delivers it again and "
-                    "that receive counts as an attempt",
-                    job.id,
-                    job.name,
-                )
-                self.receipts.settled([job])
-                continue
-            (fifo if is_fifo(job.receipt.url) else standard).append(job)
-        if standard:
-            self._copy_back(standard)
-        if fifo:
-            self.link.receipt_batch("change_message_visibility_batch", fifo, _visible_now)
-            self.receipts.settled(fifo)
-
-    @reaching("defer a job")
-    def defer(self, job: QueuedJob, delay: float) -> None:
-        """Send the job again, due in ``delay`` seconds with the attempts before
-        this receive, then delete the received message. A FIFO queue cannot take
-        a delayed copy: there the message is released and the receive counts."""
-        if not isinstance(job.receipt, Receipt):
-            return
-        if is_fifo(job.receipt.url):
-            self.release(job, delay)
-            return
-        if self._lapsed(job):
-            log.warning(
-                "job %s (%s) not deferred: its reservation lapsed, so SQS delivers it again and that "
-                "receive counts as an attempt",
-                job.id,
-                job.name,
-            )
-            self.receipts.settled([job])
-            return
-        self._copy_back([job], max(0.0, float(delay)))
-
-    def _copy_back(self, jobs: Sequence[QueuedJob], delay: float = 0.0) -> None:
-        """Send each job again with the attempts before its receive (due in
-        ``delay`` seconds), then delete the received messages (copies first: a
-        crash between the two leaves a job twice, never nowhere)."""
-        now = _clock.now()
-        by_url: dict[str, list[tuple[QueuedJob, dict[str, Any]]]] = {}
-        for job in jobs:
-            receipt: Receipt = job.receipt
-            if not self.receipts.was_copied(receipt):
-                due = now + delay if delay > 0 else job.available_at
-                copy = replace(job, receipt=None, attempts=max(0, job.attempts - 1), available_at=due)
-                by_url.setdefault(receipt.url, []).append((job, wire.entry(copy, receipt.url, now)))
-        refused: dict[str, str] = {}
-        for url, items in by_url.items():
-            for batch in wire.size_batches(items):
-                sent, bad = self.link.send_batch(url, batch)
-                for job in sent:
-                    self.receipts.mark_copied(job.receipt)
-                refused.update(bad)
-        if refused:
-            # Nothing is deleted until every copy is out; a repeat sends only the missing ones.
-            sent_ids = [job.id for job in jobs if self.receipts.was_copied(job.receipt)]
-            raise SqsBatchError("SendMessageBatch", sent_ids, refused)
-        self.link.receipt_batch("delete_message_batch", jobs, _delete)
+        self.link.receipt_batch("delete_message_batch", jobs, delete_entry)
         self.receipts.settled(jobs)
 
     @reaching("fail a job")
@@ -505,7 +370,7 @@ class SqsConsumer(Consumer):
         try:
             self.give_back(jobs)
             if unreadable:
-                self.link.receipt_batch("change_message_visibility_batch", unreadable, _visible_now)
+                self.link.receipt_batch("change_message_visibility_batch", unreadable, visible_now)
                 self.receipts.settled(unreadable)
         except Exception as exc:  # noqa: BLE001 - they become visible when their timeout lapses anyway
             self.receipts.forget([receipt for _, _, receipt in items])

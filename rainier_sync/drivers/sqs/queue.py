@@ -15,6 +15,7 @@ import weakref
 from typing import Any, Mapping, Sequence
 
 from ... import _clock
+from ..._checks import check_number
 from ...errors import (
     ConfigurationError,
     DriverUnavailableError,
@@ -33,9 +34,7 @@ __all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError", "SqsUnavailableErro
 
 
 def _number(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
-        raise ConfigurationError(f"SqsQueue {name} must be a number of seconds from {low:g} to {high:g}, got {value!r}")
-    return float(value)
+    return float(check_number(f"SqsQueue {name}", value, zero=True, least=low, most=high, unit="seconds"))
 
 
 _OPEN: weakref.WeakSet[SqsQueue] = weakref.WeakSet()
