@@ -21,6 +21,7 @@ from ..errors import (
     CapabilityError,
 )
 from ..types import ExceptionInfo, FailedJob, JobState, ListedJob, QueueCounts, QueuedJob
+from .paging import Page
 
 if TYPE_CHECKING:
     from ..container import Container
@@ -437,11 +438,12 @@ class Inspector(ABC):
 
     def list_jobs(
         self, queue: str, state: JobState, *, name: str | None = None, offset: int = 0, limit: int = 50
-    ) -> list[ListedJob]:
+    ) -> Page:
         """The jobs of ``queue`` in ``state`` (``ready`` in the order they would be
         claimed, ``delayed`` by due time, ``reserved`` by when their reservation
         lapses), skipping ``offset`` and at most ``limit``; ``name`` keeps only
-        jobs whose ``NAME`` contains it (``Capabilities.listing``)."""
+        jobs whose ``NAME`` contains it, and the :class:`~rainier_sync.drivers.paging.Page`
+        says how far a bounded filter looked (``Capabilities.listing``)."""
         raise _refuse(self, "listing", "list the jobs it stores")
 
     def find_job(self, id: str) -> ListedJob | None:

@@ -9,8 +9,19 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _clock
-from ..types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob, as_exception_info, decode, encode
+from ..types import (
+    ExceptionInfo,
+    FailedJob,
+    JobState,
+    ListedJob,
+    QueueCounts,
+    QueuedJob,
+    as_exception_info,
+    decode,
+    encode,
+)
 from .base import BaseQueue, Binding, Capabilities, Promises, QueueDriver, Waker, as_job_list
+from .paging import Page, check_page, folded, name_filter
 from .spec import DriverSpec, Setting, seconds
 
 if TYPE_CHECKING:
@@ -27,12 +38,13 @@ class MemoryQueue(BaseQueue):
 
     ``jobs`` lists what is queued (ready, delayed and reserved), ``failed`` is
     the dead-letter list, and :meth:`drain` runs what is due in the calling
-    thread, for tests.
+    thread, for tests. :meth:`list_jobs` and :meth:`find_job` read them as the
+    dashboard does.
     """
 
     driver = QueueDriver.MEMORY
     promises = Promises.of(QueueDriver.MEMORY)
-    capabilities = Capabilities(give_back=True, wakes=True)
+    capabilities = Capabilities(give_back=True, wakes=True, listing=True)
 
     def __init__(self, reservation: float = 90) -> None:
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
@@ -259,6 +271,59 @@ class MemoryQueue(BaseQueue):
     def queue_names(self) -> list[str]:
         with self._mutex:
             return sorted({job.queue for job in self._jobs.values()} | {f.queue for f in self.failed})
+
+    def _state(self, job: QueuedJob, now: float) -> JobState:
+        if job.id in self._reserved:
+            return "reserved"
+        return "delayed" if job.available_at > now else "ready"
+
+    def _listed(self, job: QueuedJob, state: JobState) -> ListedJob:
+        """A copy of a stored job (``_mutex`` held): what the caller does with it leaves the queue alone."""
+        listed = job.copy()
+        listed.payload = decode(encode(job.payload))
+        if job.meta:
+            listed.meta = decode(encode(job.meta))
+        held = self._reserved.get(job.id) if state == "reserved" else None
+        return ListedJob(listed, state, held[1] if held is not None else None)
+
+    def list_jobs(
+        self, queue: str, state: JobState, *, name: str | None = None, offset: int = 0, limit: int = 50
+    ) -> Page:
+        """A page of ``queue``'s jobs in ``state``: ``ready`` in the order a worker takes
+        them (priority, then due time, then dispatch), ``delayed`` by due time,
+        ``reserved`` by when their reservation lapses. ``name`` keeps the jobs whose
+        ``NAME`` contains it, ignoring the case of A to Z, among all of them (no
+        bound). Reads every job of the process: cheap at the sizes a memory queue
+        holds."""
+        state = check_page(state, offset, limit)
+        needle = name_filter(name)
+        wanted = folded(needle) if needle is not None else None
+        now = _clock.now()
+        with self._mutex:
+            order = {entry[-1]: entry[-2] for entry in self._ready.get(queue, ())}
+            order.update((job_id, seq) for _, seq, job_id in self._delayed.get(queue, ()))
+            keyed: list[tuple[tuple[float, ...], QueuedJob]] = []
+            for job in self._jobs.values():
+                if job.queue != queue or self._state(job, now) != state:
+                    continue
+                if wanted is not None and wanted not in folded(job.name):
+                    continue
+                if state == "reserved":
+                    receipt, until = self._reserved[job.id]
+                    keyed.append(((until, receipt), job))
+                elif state == "delayed":
+                    keyed.append(((job.available_at, order.get(job.id, 0)), job))
+                else:
+                    keyed.append(((job.priority, job.available_at, order.get(job.id, 0)), job))
+            chosen = heapq.nsmallest(offset + limit, keyed, key=lambda item: item[0])[offset:]
+            return Page(self._listed(job, state) for _, job in chosen)
+
+    def find_job(self, id: str) -> ListedJob | None:
+        """The stored job ``id`` (ready, delayed or reserved), or None."""
+        now = _clock.now()
+        with self._mutex:
+            job = self._jobs.get(id)
+            return None if job is None else self._listed(job, self._state(job, now))
 
     # -- waiting -------------------------------------------------------------------
     def wait_for_jobs(self, queues: Sequence[str], timeout: float, waker: Waker) -> None:

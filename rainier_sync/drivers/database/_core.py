@@ -25,7 +25,7 @@ class DatabaseCore(BaseQueue):
 
     driver = QueueDriver.DATABASE
     promises = Promises.of(QueueDriver.DATABASE)
-    capabilities = Capabilities(give_back=True, wakes=True, transactional_dispatch=True, migrations=True)
+    capabilities = Capabilities(give_back=True, wakes=True, transactional_dispatch=True, migrations=True, listing=True)
 
     def __init__(
         self,
@@ -65,6 +65,7 @@ class DatabaseCore(BaseQueue):
             migrations=True,
             combined_claim=claim == "skip_locked" or self.dialect == SQLITE,
             streaming_push=self.dialect == POSTGRESQL,
+            listing=True,
         )
         if poll_interval is None:
             poll_interval = self._sql.poll_interval

@@ -1,6 +1,7 @@
 """``DatabaseQueue`` over SQLite, PostgreSQL and MariaDB/MySQL: the producer
 side and inspection here, the rest composed from :mod:`.claims` (the consumer
-side), :mod:`.failed` (the failed store) and :mod:`.listen` (idle waits)."""
+side), :mod:`.failed` (the failed store), :mod:`.listen` (idle waits) and
+:mod:`.browse` (listing the jobs stored)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ...errors import PayloadError
 from ...types import QueueCounts, QueuedJob
 from ._schema import FAILED, JOBS, MIGRATION_LIST, Migration, migrate
 from ._sqlalchemy import dbapi_connection, is_sqlalchemy
+from .browse import Browsing
 from .claims import Claims
 from .dialects import job_row
 from .failed import FailedTable
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from ...locks.database import DatabaseLockStore
 
 
-class DatabaseQueue(Claims, FailedTable, Waiting):
+class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
     """Jobs in a table of the application's own database: SQLite (the embedded
     default), PostgreSQL (psycopg 3) or MariaDB/MySQL (PyMySQL).
 

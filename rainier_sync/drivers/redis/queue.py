@@ -24,8 +24,9 @@ The parts: :mod:`.wire` (how jobs, entries and records are written and read),
 points at: one server, Sentinel, a cluster; where a key's commands go),
 :mod:`.core` (the client and the connections scripts run on), :mod:`.wakeups`
 and :mod:`.reading` (idle waits: wake-up notifications and blocking reads),
-:mod:`.session` (an owning loop's consumer operations) and :mod:`.failed`
-(the failed store); :class:`RedisQueue` composes them.
+:mod:`.session` (an owning loop's consumer operations), :mod:`.failed` (the
+failed store) and :mod:`.browse` (listing the jobs stored); :class:`RedisQueue`
+composes them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ...types import (
     as_exception_info,
 )
 from ..base import Capabilities, Promises, QueueDriver, as_job_list
+from .browse import _Browsing
 from .connection import _connection_settings
 from .core import _Call, _consumer_name
 from .failed import _FailedStore
@@ -64,7 +66,7 @@ __all__ = ["RedisQueue", "RedisUnavailableError"]
 log = logging.getLogger("rainier_sync")
 
 
-class RedisQueue(_IdleReading, _FailedStore):
+class RedisQueue(_IdleReading, _FailedStore, _Browsing):
     """Jobs in Redis streams, read through one consumer group.
 
     Fast, and it can lose an accepted job (snapshot persistence, asynchronous
@@ -76,7 +78,7 @@ class RedisQueue(_IdleReading, _FailedStore):
 
     driver = QueueDriver.REDIS
     promises = Promises.of(QueueDriver.REDIS)
-    capabilities = Capabilities(give_back=True, wakes=True, eviction_check=True)
+    capabilities = Capabilities(give_back=True, wakes=True, eviction_check=True, listing=True)
 
     @classmethod
     def from_url(

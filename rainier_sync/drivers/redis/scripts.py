@@ -37,7 +37,7 @@ def source(name: str) -> str:
 
 
 #: Script flags beyond the default (a script that writes).
-_FLAGS = {"counts": " flags=no-writes"}
+_FLAGS = {name: " flags=no-writes" for name in ("counts", "browse", "find")}
 
 #: The queue's scripts by name, registered with each client (run by EVALSHA, by EVAL when not cached).
 SOURCES = {
@@ -55,6 +55,8 @@ SOURCES = {
         "retry",
         "forget",
         "counts",
+        "browse",
+        "find",
     )
 }
 

@@ -1,0 +1,123 @@
+-- KEYS: the queue's bands, delayed and reserved keys.
+-- ARGV: group, needle, phase, band, pos, budget, needle2
+-- Look for a job by id, at most ``budget`` jobs per call: the reservations, then
+-- the delayed set, then each band's entries not yet delivered (``phase`` and
+-- ``band``, ``pos`` say where the last call stopped). ``needle`` is how an
+-- envelope of that id starts ('{"id":"..."', as the driver writes them;
+-- ``needle2`` as ASCII JSON spells it, or ''); a hit is a candidate the client reads.
+-- Returns {'found', phase, band, pos, item} (item as browse.lua gives it, pos
+-- past it), {'more', phase, band, pos}, or {'end'}.
+-- needs: stream
+local group, needle = ARGV[1], ARGV[2]
+local phase, band, pos, budget, needle2 = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local keys = {bands = KEYS[1], delayed = KEYS[2], reserved = KEYS[3]}
+local chunk = 500
+local looked = 0
+
+-- Whether ``text`` holds an envelope of that id from its ``at``'th character on.
+local function has(text, at)
+  if string.sub(text, at, at + #needle - 1) == needle then
+    return true
+  end
+  return needle2 ~= '' and string.sub(text, at, at + #needle2 - 1) == needle2
+end
+
+-- Where the envelope starts in a delayed member ("band|attempts|envelope").
+local function envelope_at(member)
+  local first = string.find(member, '|', 1, true)
+  local second = first and string.find(member, '|', first + 1, true)
+  return second and second + 1 or 1
+end
+
+local function body_of(fields)
+  for k = 1, #fields, 2 do
+    if fields[k] == 'j' then
+      return fields[k + 1]
+    end
+  end
+  return ''
+end
+
+if phase == 'reserved' or phase == 'delayed' then
+  local key = keys[phase]
+  local first = tonumber(pos)
+  while looked < budget do
+    local got = redis.call('ZRANGE', key, first, first + chunk - 1, 'WITHSCORES')
+    for k = 1, #got, 2 do
+      looked = looked + 1
+      first = first + 1
+      local member, score = got[k], got[k + 1]
+      if phase == 'reserved' then
+        local b, id = string.match(member, '^(-?%d+)|(%S+)')
+        local found = b and redis.call('XRANGE', stream_of(keys.bands, b), id, id) or {}
+        if found[1] and has(body_of(found[1][2]), 1) then
+          return {'found', phase, '', tostring(first), {'r', b, id, score, found[1][2]}}
+        end
+      elseif has(member, envelope_at(member)) then
+        return {'found', phase, '', tostring(first), {'d', member, score}}
+      end
+    end
+    if #got / 2 < chunk then
+      if phase == 'delayed' then
+        phase, band, pos = 'stream', '', ''
+        break
+      end
+      phase, first = 'delayed', 0
+      key = keys[phase]
+    end
+  end
+  if phase ~= 'stream' then
+    return {'more', phase, '', tostring(first)}
+  end
+end
+
+-- the bands from ``band`` on (the first when '')
+while true do
+  if band == '' then
+    local first = redis.call('ZRANGE', keys.bands, 0, 0)
+    if not first[1] then
+      return {'end'}
+    end
+    band, pos = first[1], ''
+  end
+  local stream = stream_of(keys.bands, band)
+  if pos == '' then
+    pos = '-'
+    local groups = redis.pcall('XINFO', 'GROUPS', stream)
+    if type(groups) == 'table' and not groups.err then
+      for _, g in ipairs(groups) do
+        for k = 1, #g, 2 do
+          if g[k] == 'name' and g[k + 1] == group then
+            for n = 1, #g, 2 do
+              if g[n] == 'last-delivered-id' then
+                pos = '(' .. g[n + 1]
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+  while true do
+    if looked >= budget then
+      return {'more', 'stream', band, pos}
+    end
+    local want = math.min(chunk, budget - looked)
+    local got = redis.call('XRANGE', stream, pos, '+', 'COUNT', want)
+    for _, e in ipairs(got) do
+      looked = looked + 1
+      pos = '(' .. e[1]
+      if has(body_of(e[2]), 1) then
+        return {'found', 'stream', band, pos, {'s', band, e[1], e[2]}}
+      end
+    end
+    if #got < want then
+      break
+    end
+  end
+  local after = redis.call('ZRANGEBYSCORE', keys.bands, '(' .. band, '+inf', 'LIMIT', 0, 1)
+  if not after[1] then
+    return {'end'}
+  end
+  band, pos = after[1], ''
+end

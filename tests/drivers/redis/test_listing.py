@@ -1,0 +1,149 @@
+"""The Redis driver's listing where the contract suite does not reach: pages
+across bands and the due part of the delayed set, the name filter's bound,
+entries nobody can read, and ``find_job`` over several script calls."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+
+from rainier_sync import QueuedJob, _clock
+from rainier_sync.drivers import RedisQueue
+from rainier_sync.drivers.paging import Page
+from rainier_sync.drivers.redis import browse
+
+from .test_driver import stream
+from .test_unreadable import BAD
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def queue(redis_url: str, prefix: str) -> Iterator[RedisQueue]:
+    with freeze_time("2026-03-01 12:00:00"):
+        made = RedisQueue.from_url(redis_url, prefix=prefix)
+        yield made
+        made.close()
+
+
+def job(name: str = "redis-tests.listed", *, delay: float = 0.0, priority: int = 0, **payload: Any) -> QueuedJob:
+    now = _clock.now()
+    return QueuedJob(
+        id=uuid.uuid4().hex,
+        name=name,
+        queue="default",
+        payload=payload or {"x": 1},
+        priority=priority,
+        available_at=now + delay,
+        dispatched_at=now,
+    )
+
+
+def ids(page: list[Any]) -> list[str]:
+    return [entry.job.id for entry in page]
+
+
+@pytest.mark.parametrize("budget", [2, 3, 2000], ids=lambda n: f"{n}-a-call")
+def test_pages_run_across_bands_and_the_due_delayed_jobs(
+    queue: RedisQueue, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    # A reserve moves at most _PROMOTE due jobs per call; with 3, the rest come after every band.
+    monkeypatch.setattr(browse, "_PROMOTE", 3)
+    monkeypatch.setattr(browse, "CALL_BUDGET", budget)
+    first = [job(priority=p) for p in (0, 2, 0, 2)]
+    due = [job(priority=p, delay=5 + n) for n, p in enumerate((2, 0, 2, 0, 2))]
+    queue.push_many(first + due)
+    with freeze_time("2026-03-01 12:01:00"):
+        whole = queue.list_jobs("default", "ready", limit=100)
+        b0 = [first[0], first[2], due[1]]  # band 0: its entries, then the due jobs of the first 3
+        b2 = [first[1], first[3], due[0], due[2]]
+        assert ids(whole) == [j.id for j in b0 + b2 + [due[3], due[4]]]
+        for size in (1, 2, 3, 4):
+            paged = [queue.list_jobs("default", "ready", offset=start, limit=size) for start in range(0, 9, size)]
+            assert sum((ids(p) for p in paged), []) == ids(whole), size
+        assert [e.state for e in whole] == ["ready"] * 9
+        assert whole[2].job.available_at == pytest.approx(due[1].available_at)
+        kept = [e.job.id for e in queue.list_jobs("default", "ready", name="LISTED", offset=1, limit=7)]
+        assert kept == ids(whole)[1:8], "a filtered walk resumes where each call stopped"
+
+
+@pytest.mark.parametrize("budget", [3, 2000], ids=lambda n: f"{n}-a-call")
+def test_a_name_filter_looks_at_a_bounded_number_of_jobs_and_says_so(
+    queue: RedisQueue, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    monkeypatch.setattr(browse, "CALL_BUDGET", budget)
+    queue.listing_scan = 20
+    queue.push_many([job("other.kind") for _ in range(30)] + [job("wanted.kind")])
+
+    page = queue.list_jobs("default", "ready", name="wanted")
+    assert isinstance(page, Page)
+    assert page == [] and not page.complete and page.bound == 20
+
+    queue.push_many([job("wanted.kind") for _ in range(3)])
+    assert len(queue.list_jobs("default", "ready", name="other", limit=5)) == 5
+    found = queue.list_jobs("default", "ready", name="OTHER.K", limit=5)
+    assert isinstance(found, Page) and found.complete and found.bound == 20
+    unfiltered = queue.list_jobs("default", "ready", limit=100)
+    assert isinstance(unfiltered, Page) and len(unfiltered) == 34 and unfiltered.complete
+    assert unfiltered.bound is None
+
+
+def test_a_name_filter_reads_names_that_json_escapes(queue: RedisQueue) -> None:
+    names = ['say "hi"', "back\\slash", "tab\there", "naïve.Job"]
+    queue.push_many([job(name) for name in names])
+    for name, text in zip(names, ['"hi"', "\\", "\t", "NAïVE"], strict=True):
+        assert [e.job.name for e in queue.list_jobs("default", "ready", name=text)] == [name], text
+    assert [e.job.name for e in queue.list_jobs("default", "ready", name="naïve.j")] == ["naïve.Job"]
+
+
+def test_entries_nobody_can_read_are_shown_not_raised(queue: RedisQueue, redis_client: Any, prefix: str) -> None:
+    good = job()
+    queue.push(good)
+    for fields, _ in BAD.values():
+        redis_client.xadd(stream(prefix), fields)
+    redis_client.zadd(f"{prefix}default:delayed", {"not a delayed job": _clock.now() + 60})
+
+    ready = queue.list_jobs("default", "ready", limit=100)
+    assert ids(ready)[0] == good.id and len(ready) == 1 + len(BAD)
+    for entry, (_, reason) in zip(ready[1:], BAD.values(), strict=True):
+        meta = entry.job.meta or {}
+        assert reason in meta["unreadable"] and entry.job.id.startswith("unreadable-default-")
+        assert entry.job.payload == {} and meta["raw"]
+    [delayed] = queue.list_jobs("default", "delayed")
+    assert "not written by this driver" in (delayed.job.meta or {})["unreadable"]
+    assert delayed.job.available_at == pytest.approx(_clock.now() + 60)
+
+
+def test_find_job_looks_through_several_calls(queue: RedisQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(browse, "CALL_BUDGET", 3)
+    wanted = job(priority=4)
+    lookalike = job(priority=-1, id=wanted.id)  # its payload holds "id":"<the id>", its envelope does not start so
+    held = [job(priority=1) for _ in range(4)]
+    queue.push_many(held)
+    reserved = queue.reserve_many(["default"], 4)
+    assert len(reserved) == 4
+    later = [job(delay=60 + n) for n in range(4)]
+    queue.push_many([lookalike, *[job(priority=2) for _ in range(5)], wanted, *later])
+
+    calls: list[bytes] = []
+    run = queue._run
+
+    def counted(name: str, keys: list[str], args: list[Any]) -> Any:
+        reply = run(name, keys, args)
+        if name == "find":
+            calls.append(reply[0])
+        return reply
+
+    monkeypatch.setattr(queue, "_run", counted)
+    found = queue.find_job(wanted.id)
+    assert found is not None and found.job.id == wanted.id and found.state == "ready"
+    assert calls.count(b"found") == 1 and calls.count(b"more") >= 4, "three jobs a call"
+    found = queue.find_job(later[-1].id)
+    assert found is not None and found.state == "delayed"
+    found = queue.find_job(reserved[-1].id)
+    assert found is not None and found.state == "reserved" and found.reserved_until is not None
+    assert queue.find_job("nowhere") is None
