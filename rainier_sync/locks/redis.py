@@ -5,11 +5,17 @@ process that names the same Redis.
 Keys, under the store's ``prefix`` ``P``: ``P<key>`` a lock (its owner token,
 expiring by ``PX``); ``Pwindow:<key>`` a sliding window (sorted set of starts);
 ``Pcount:<key>`` a counter (hash); ``Pflags:<group>`` a set of raised flags;
-``Pvalue:<key>`` a kept value (a job's result) and ``Pvalue:<key>:ready`` its wake-up list.
+``Pvalue:<key>`` a kept value (a job's result) and ``Pvalue:<key>:ready`` its wake-up list;
+``Ptally:<key>`` a tally's counts and ``Ptally:<key>:members`` the members settled.
+
+On Redis Cluster the keys one script or transaction touches together (a
+tally's pair, a value's pair) carry the key as a hash tag, ``Ptally:{<key>}``,
+so they share a slot; everything else is one key per call there too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,6 +25,7 @@ from ..drivers.redis.connection import _connection_settings, _ours, _Reconnect, 
 from ..drivers.redis.scripts import source
 from ..drivers.redis.targets import _target
 from ..drivers.redis.topology import _Topology
+from ..errors import ConfigurationError
 from .base import LockStore
 
 if TYPE_CHECKING:
@@ -52,6 +59,11 @@ class RedisLockStore(LockStore):
 
     def __init__(self, client: redis.Redis | Any, prefix: str = "rainier:lock:") -> None:
         self._topology = client if isinstance(client, _Topology) else _Topology.of(client)
+        if self._topology.cluster and ("{" in prefix or "}" in prefix):
+            raise ConfigurationError(
+                f"RedisLockStore: prefix {prefix!r} holds a brace; on Redis Cluster the store makes keys hash tags, "
+                "and a brace in the prefix would put every key in one slot"
+            )
         self._prefix = prefix
         self._registered: dict[str, Any] = {}
         self._policy = _Reconnect()
@@ -124,6 +136,37 @@ class RedisLockStore(LockStore):
     def _key(self, key: str) -> str:
         return self._prefix + key
 
+    def _tagged(self, kind: str, key: str) -> str:
+        """``P<kind>:<key>``, the name keys used together are made from; on a cluster
+        ``P<kind>:{<key>}`` (a key that could not be a hash tag is tagged by its digest)."""
+        if not self._topology.cluster:
+            return f"{self._prefix}{kind}:{key}"
+        if key and "{" not in key and "}" not in key:
+            return f"{self._prefix}{kind}:{{{key}}}"
+        return f"{self._prefix}{kind}:{{#{hashlib.sha1(key.encode()).hexdigest()[:16]}}}{key}"  # noqa: S324
+
+    def _pipelined(self, script: Any, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        """``script`` once per ``(keys, args)``, pipelined: one round trip per server
+        (redis-py pipelines no script across a cluster's nodes, so each node gets its own)."""
+        client = self._client
+        if not self._topology.cluster:
+            pipe = client.pipeline(transaction=False)
+            for keys, args in calls:
+                script(keys=keys, args=args, client=pipe)
+            return list(pipe.execute())
+        nodes: dict[str, tuple[Any, list[int]]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = client.get_node_from_key(keys[0])
+            nodes.setdefault(node.name, (node, []))[1].append(i)
+        replies: list[Any] = [None] * len(calls)
+        for node, indices in nodes.values():
+            pipe = client.get_redis_connection(node).pipeline(transaction=False)
+            for i in indices:
+                script(keys=calls[i][0], args=calls[i][1], client=pipe)
+            for i, reply in zip(indices, pipe.execute(), strict=True):
+                replies[i] = reply
+        return replies
+
     def _named(self) -> str:
         return f"redis lock store ({self._topology.describe()})"
 
@@ -180,10 +223,8 @@ class RedisLockStore(LockStore):
         wanted = [(self._key(key), owner, _ttl_ms(ttl, key)) for key, owner in items]
 
         def attempt() -> list[bool]:
-            pipe = self._client.pipeline(transaction=False)
-            for name, owner, px in wanted:
-                self._renew(keys=[name], args=[owner, px], client=pipe)
-            return [bool(done) for done in pipe.execute()]
+            calls = [([name], [owner, px]) for name, owner, px in wanted]
+            return [bool(done) for done in self._pipelined(self._renew, calls)]
 
         return self._call(f"renewal of {len(items)} lock(s), {items[0][0]!r} first", attempt)
 
@@ -233,7 +274,7 @@ class RedisLockStore(LockStore):
     # library's clock); ``Pvalue:<key>:ready`` a list a waiter blocks on, pushed
     # to when the value is put.
     def put_value(self, key: str, value: str, ttl: float) -> None:
-        name, px = self._key("value:" + key), _ttl_ms(ttl, key)
+        name, px = self._tagged("value", key), _ttl_ms(ttl, key)
 
         def attempt() -> None:
             pipe = self._client.pipeline(transaction=True)
@@ -248,14 +289,14 @@ class RedisLockStore(LockStore):
         self._call(f"value {key!r}", attempt)
 
     def get_value(self, key: str) -> str | None:
-        got: Any = self._call(f"value {key!r}", lambda: self._client.hmget(self._key("value:" + key), "v", "until"))
+        got: Any = self._call(f"value {key!r}", lambda: self._client.hmget(self._tagged("value", key), "v", "until"))
         if got[0] is None or float(got[1]) <= _clock.now():
             return None
         return got[0].decode() if isinstance(got[0], bytes) else str(got[0])
 
     def wait_value(self, key: str, timeout: float, done: Callable[[str | None], bool]) -> str | None:
         """Blocks on the value's ready list (``BLPOP``) between reads: woken when it is put."""
-        ready = self._key("value:" + key) + ":ready"
+        ready = self._tagged("value", key) + ":ready"
         deadline = _clock.monotonic() + max(0.0, timeout)
         while True:
             value = self.get_value(key)
@@ -270,7 +311,7 @@ class RedisLockStore(LockStore):
 
     # -- tallies: ``Ptally:<key>`` a hash of counts, ``Ptally:<key>:members`` the members settled
     def _tally_keys(self, key: str) -> list[str]:
-        name = self._key("tally:" + key)
+        name = self._tagged("tally", key)
         return [name, name + ":members"]
 
     def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
