@@ -399,6 +399,8 @@ class _RedisCore(BaseQueue):
         except BaseException:
             conn.disconnect()  # with any reply on it unread
             raise
+        if isinstance(error, ReadOnlyError):
+            conn.disconnect()  # a replica now: the next try connects afresh (resolving the name again)
         if error is not None:
             raise error
 

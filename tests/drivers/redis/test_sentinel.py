@@ -17,6 +17,7 @@ import redis
 from rainier_sync import Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.config import Connections
 from rainier_sync.drivers import RedisQueue
+from rainier_sync.drivers.redis import RedisUnavailableError
 from rainier_sync.locks import RedisLockStore
 from tests.services.redis_topologies import SERVICE, SentinelGroup
 from tests.support import free_port, wait_until
@@ -229,3 +230,18 @@ def test_a_write_that_meets_a_demoted_master_goes_to_the_new_one(sentinel_group:
         queue.close()
         store.close()
 
+
+
+def test_a_replica_named_as_the_server_is_reported_unavailable_after_the_retries(redis_sentinel_url: str) -> None:
+    first = redis_sentinel_url.split("//", 1)[1].split(",", 1)[0]
+    host, port = first.rsplit(":", 1)
+    (replica,) = redis.Redis(host=host, port=int(port)).sentinel_slaves(SERVICE)
+    url = f"redis://{replica['ip']}:{replica['port']}/0"
+    queue = RedisQueue.from_url(url, reconnect=True, reconnect_attempts=2, reconnect_max_backoff_ms=10)
+    try:
+        with pytest.raises(RedisUnavailableError, match="dispatch failed \\(3 tries\\): ReadOnlyError"):
+            queue.push(job())
+        with pytest.raises(RedisUnavailableError, match="reserve failed \\(3 tries\\): ReadOnlyError"):
+            queue.reserve_many(["default"], 1)
+    finally:
+        queue.close()
