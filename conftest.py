@@ -46,6 +46,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if where in PROCESS_MODULES or item.get_closest_marker("processes") is not None:
             item.add_marker(pytest.mark.xdist_group("processes"))
         elif TOPOLOGY_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
-            value in TOPOLOGY_HARNESSES for value in getattr(getattr(item, "callspec", None), "params", {}).values()
+            isinstance(value, str) and value in TOPOLOGY_HARNESSES
+            for value in getattr(getattr(item, "callspec", None), "params", {}).values()
         ):
             item.add_marker(pytest.mark.xdist_group("redis-topologies"))
