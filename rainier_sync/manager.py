@@ -16,21 +16,24 @@ from .container import Container
 from .coordination import Coordination
 from .errors import (
     ConfigurationError,
-    JobDefinitionError,
     NoQueueConfiguredError,
     UniqueLockHeldError,
     UnknownConnectionError,
 )
-from .job import Job, check_job_class
+from .job import Job
+from .outbox.dispatch import check_outbox, send_through_outbox
 from .pending import PendingDispatch
+from .queued import new_id, queued_job
 from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
 from .types import QueuedJob
+from .unique import admit, release
 
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
     from .locks.base import LockStore
+    from .outbox.store import Outbox
     from .schedule import Schedule
 
 __all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
@@ -39,13 +42,6 @@ log = logging.getLogger("rainier_sync")
 
 #: Jobs per slice when a driver stores a batch as it is built.
 _SLICE = 200
-#: Job classes whose settings a dispatch has checked.
-_checked_classes: set[type] = set()
-
-
-def new_id() -> str:
-    """A random 128-bit id, as 32 hex digits."""
-    return os.urandom(16).hex()
 
 
 class QueueManager(Coordination, OnlyAFakeRecords):
@@ -53,7 +49,9 @@ class QueueManager(Coordination, OnlyAFakeRecords):
 
     ``connections`` maps names to drivers; ``default`` names the one used when
     a dispatch names none. A connection nobody declared is an error, never the
-    default. ``locks`` is the lock store unique jobs use.
+    default. ``locks`` is the lock store unique jobs use. ``outbox`` is where a
+    dispatch ``.within(conn)`` to a connection that cannot write in the caller's
+    transaction (Redis, SQS, Kafka) puts its job (see :mod:`rainier_sync.outbox`).
     """
 
     def __init__(
@@ -64,6 +62,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         container: Container | None = None,
         locks: LockStore | None = None,
         schedule: Schedule | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.registry = registry if registry is not None else JobRegistry()
         self.container = container if container is not None else Container()
@@ -85,6 +84,10 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         self.default: str | None = default
         #: Where dispatches go instead of the drivers (see :meth:`route_sends`).
         self._router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None = None
+        #: The outbox dispatches within a caller's transaction go to, for drivers that cannot write in it.
+        self.outbox = outbox
+        if outbox is not None:
+            check_outbox(outbox, self._connections)
         for name, driver in self._connections.items():
             driver.bind(self, name)
 
@@ -132,6 +135,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
                 registry=booted.registry,
                 container=booted.container,
                 locks=booted.locks,
+                outbox=booted.outbox,
             )
         except BaseException:
             booted.close()
@@ -169,6 +173,8 @@ class QueueManager(Coordination, OnlyAFakeRecords):
             driver.close()
         if self.locks is not None:
             self.locks.close()
+        if self.outbox is not None:
+            self.outbox.close()
 
     # -- dispatching -----------------------------------------------------------------
     def pending(self, job: Job) -> PendingDispatch:
@@ -238,10 +244,10 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         try:
             retried = driver.retry_failed(id)
         except BaseException:
-            self._release_locks([queued])
+            release(self.locks, [queued])
             raise
         if not retried:
-            self._release_locks([queued])
+            release(self.locks, [queued])
         return retried
 
     def send_queued(self, connection: str | None, jobs: list[QueuedJob], *, within: Any = None) -> list[str | None]:
@@ -293,72 +299,33 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         priority: int | None,
         connection: str | None,
     ) -> QueuedJob:
-        if not isinstance(job, Job):
-            raise TypeError(f"can only dispatch a rainier_sync.Job, got {type(job).__name__}")
-        job_class = type(job)
-        name = getattr(job_class, "NAME", None)
-        if not isinstance(name, str) or not name:
-            raise JobDefinitionError(f"{job_class.__qualname__} has no NAME: it cannot go on the wire")
-        if job_class not in _checked_classes:
-            check_job_class(job_class)
-            _checked_classes.add(job_class)
-        known = self.registry.find(name)
-        if known is not None and known is not job_class:
-            raise JobDefinitionError(
-                f"job name {name!r} is registered to {known.__qualname__}, not {job_class.__qualname__}"
-            )
-        payload, text = job.encoded_payload()
-        queued = QueuedJob(
-            job_id,
-            name,
-            queue or job_class.QUEUE,
-            payload,
-            connection or self.default or "default",
-            0,
-            tries if tries is not None else job_class.TRIES,
-            priority if priority is not None else job_class.PRIORITY,
-            now + delay,
-            None,
-            None,
-            None,
-            now,
-        )
-        queued.payload_json = text  # checked just now: the envelope reuses it instead of encoding it again
-        unique = job.unique_id()
-        if unique is not None:
-            queued.unique_key = f"{name}:{unique}"
-            queued.unique_owner = new_id()
-            queued.unique_for = float(job_class.UNIQUE_FOR)
-        return queued
+        return queued_job(self.registry, self.default, job, now, job_id, queue, delay, tries, priority, connection)
 
     def _send(self, name: str | None, jobs: list[QueuedJob], within: Any = None) -> list[str | None]:
         if self._router is not None and within is None:
             return self._router(name, jobs)
         driver = self.connection(name)
+        if within is not None and not driver.capabilities.transactional_dispatch:
+            return send_through_outbox(self, name, driver, jobs, within)
         if signals.job_dispatching.receivers:
             signals.emit(signals.job_dispatching, self, jobs=jobs, connection=name or self.default)
         keeping = self.registry.keeping_results() and self._keeps(jobs)
         ids: list[str | None] = []
         locked: list[QueuedJob] = []
-        to_push = self._admit(jobs, ids, locked)
+        to_push = admit(self.locks, jobs, ids, locked)
         if not to_push:
             return ids
         if keeping:  # before the push: a worker (or the sync driver) may finish the job before it returns
             self._mark_pending(to_push)
         try:
             if within is not None:
-                if not driver.capabilities.transactional_dispatch:
-                    raise TypeError(
-                        f"connection {name!r} ({driver.kind}) cannot dispatch within a caller's "
-                        "transaction; only the database driver can"
-                    )
                 driver.push_within(within, to_push)
             elif len(to_push) == 1:
                 driver.push(to_push[0])
             else:
                 driver.push_many(to_push)
         except BaseException:
-            self._release_locks(locked)
+            release(self.locks, locked)
             if keeping:
                 self._mark_pending(to_push, gone=True)
             raise
@@ -380,36 +347,6 @@ class QueueManager(Coordination, OnlyAFakeRecords):
 
         push_stream(slices())
         return ids
-
-    def _admit(self, jobs: Iterable[QueuedJob], ids: list[str | None], locked: list[QueuedJob]) -> list[QueuedJob]:
-        """Take the unique jobs' locks; returns the jobs to push, and appends each
-        job's id to ``ids`` (None for a duplicate dropped) and each lock taken to ``locked``."""
-        to_push: list[QueuedJob] = []
-        for job in jobs:
-            if job.unique_key is not None:
-                if self.locks is None:
-                    log.warning(
-                        "job %s is unique but no lock store is configured: dispatched without deduplication",
-                        job.unique_key,
-                    )
-                    job.unique_key = job.unique_owner = None
-                elif not self.locks.acquire(job.unique_key, job.unique_owner or "", job.unique_for or 3600):
-                    ids.append(None)
-                    continue
-                else:
-                    locked.append(job)
-            ids.append(job.id)
-            to_push.append(job)
-        return to_push
-
-    def _release_locks(self, locked: list[QueuedJob]) -> None:
-        """After a failed push: the unique locks its jobs took."""
-        assert self.locks is not None or not locked
-        for job in locked:
-            try:
-                self.locks.release(job.unique_key or "", job.unique_owner or "")  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001 - the push error is the one to raise
-                log.exception("could not release unique lock %s after a failed push", job.unique_key)
 
     def __repr__(self) -> str:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"

@@ -84,8 +84,9 @@ class PendingDispatch:
     def within(self, connection: Any) -> PendingDispatch:
         """Write the job on the caller's open database connection (psycopg,
         sqlite3 or PyMySQL, or a SQLAlchemy ``Connection`` or ``Session``), so it
-        commits or rolls back with the caller's transaction. Only the database
-        driver can do this."""
+        commits or rolls back with the caller's transaction: in the database
+        driver's own table, or, for a connection that cannot write there (Redis,
+        SQS, Kafka), in the manager's outbox, relayed after the commit."""
         self._within = connection
         return self
 

@@ -11,15 +11,18 @@ Production (the web process only dispatches; workers run on their own)::
     gunicorn 'examples.flask_app:create_app()'
     flask --app examples.flask_app queue work --queue mail,default
 
-Both use one SQLite file for the app's own table and for the queue, so the
-signup and its welcome job are written in the same transaction: either both
-are stored or neither is. The dashboard is at ``/queues`` for a visitor who
-logged in at ``/login`` with ``DASHBOARD_PASSWORD``.
+The app keeps its signups through Flask-SQLAlchemy, and the queue lives in the
+same SQLite file, so the signup and its welcome job are written in the same
+transaction (``within(db.session)``): either both are stored or neither is.
+The dashboard is at ``/queues`` for a visitor who logged in at ``/login``
+with ``DASHBOARD_PASSWORD``.
 
 The session that holds that login is signed with ``SECRET_KEY``, read from
 the environment: the app refuses to start without it, except in debug and
 testing runs, which make up a throwaway key (logins last as long as the
 process).
+
+It needs Flask-SQLAlchemy: ``pip install 'rainier_sync[flask,sqlalchemy]' Flask-SQLAlchemy``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import hmac
 import os
 import pathlib
 import secrets
-from contextlib import closing
 from typing import Any, Mapping
 
 from flask import Flask, abort, redirect, render_template, request, session, url_for
@@ -38,7 +40,8 @@ from werkzeug.wrappers import Response
 from rainier_sync import Container, JobRegistry
 from rainier_sync.flask import RainierSync
 
-from .jobs import Mailer, SendWelcome, open_db
+from .jobs import Mailer, SendWelcome
+from .models import Signup, db
 
 queues = RainierSync(dashboard_url="/queues")
 
@@ -65,15 +68,15 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         app.config["SECRET_KEY"] = secrets.token_hex(32)
     database = pathlib.Path(app.config["APP_DATABASE"]).resolve()
     database.parent.mkdir(parents=True, exist_ok=True)
+    app.config.setdefault("SQLALCHEMY_DATABASE_URI", f"sqlite:///{database}")
 
     # The queue is booted from app.config: QUEUE_DRIVER and the settings beside it.
+    # DATABASE_URL may be the very URL the app's session uses (sqlite://, postgresql+psycopg://, ...).
     app.config.setdefault("QUEUE_DRIVER", "database")
-    app.config.setdefault("DATABASE_URL", f"sqlite:///{database}")
-    with closing(open_db(str(database))) as db, db:
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS signups (id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-            "email TEXT NOT NULL, welcomed_at TEXT)"
-        )
+    app.config.setdefault("DATABASE_URL", app.config["SQLALCHEMY_DATABASE_URI"])
+    db.init_app(app)
+    with app.app_context():
+        db.create_all()
     queues.init_app(
         app,
         registry=JobRegistry().with_job(SendWelcome),
@@ -98,9 +101,8 @@ def _pages() -> Any:
 
     @pages.get("/")
     def home() -> str:
-        with closing(open_db()) as db:
-            rows = db.execute("SELECT name, email, welcomed_at FROM signups ORDER BY id DESC LIMIT 20").fetchall()
-        return render_template("signup.html", signups=rows)
+        recent = db.session.scalars(db.select(Signup).order_by(Signup.id.desc()).limit(20))
+        return render_template("signup.html", signups=recent)
 
     @pages.post("/signup")
     def signup() -> Response:
@@ -108,9 +110,12 @@ def _pages() -> Any:
         email = request.form.get("email", "").strip()
         if not name or "@" not in email:
             abort(400, description="a name and an email address are needed")
-        with closing(open_db()) as db, db:  # one transaction: the signup and its welcome job commit together
-            cursor = db.execute("INSERT INTO signups (name, email) VALUES (?, ?)", (name, email))
-            queues.manager.pending(SendWelcome(signup_id=int(cursor.lastrowid or 0))).within(db).send()
+        # One transaction: the signup and its welcome job commit together, or neither is stored.
+        signup = Signup(name=name, email=email)
+        db.session.add(signup)
+        db.session.flush()  # gives the signup its id
+        queues.manager.pending(SendWelcome(signup_id=signup.id)).within(db.session).send()
+        db.session.commit()
         return redirect(url_for("signups.home"), code=303)
 
     @pages.route("/login", methods=["GET", "POST"])

@@ -42,7 +42,8 @@ def configure_logging(verbose: bool, command: str) -> Callable[[], None]:
     """Log to stderr unless the application set up logging; returns what puts
     the ``rainier_sync`` logger back (``main`` is also called in-process)."""
     level, handlers = log.level, list(log.handlers)
-    log.setLevel(logging.DEBUG if verbose else logging.INFO if command == "queue:work" else logging.WARNING)
+    running = command in ("queue:work", "outbox:relay")
+    log.setLevel(logging.DEBUG if verbose else logging.INFO if running else logging.WARNING)
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

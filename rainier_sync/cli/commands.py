@@ -70,6 +70,7 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         "grace": args.grace,
         "schedule": args.schedule or None,
         "health_file": args.health_file,
+        "relay": args.relay or None,
     }
     try:
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
@@ -86,7 +87,9 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         driver.kind,
         ",".join(options.queues),
         options.concurrency,
-        (", once" if options.once else "") + (", scheduling" if options.schedule else ""),
+        (", once" if options.once else "")
+        + (", scheduling" if options.schedule else "")
+        + (", relaying the outbox" if options.relay else ""),
     )
     return worker.run()
 
@@ -377,13 +380,46 @@ def cmd_schedule_list(frontend: Frontend, args: argparse.Namespace, out: IO[str]
 
 def cmd_migrate(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
     manager = frontend.manager(args)
+
+    def applied(versions: list[int]) -> str:
+        return f"applied migration(s) {', '.join(map(str, versions))}" if versions else "already up to date"
+
     for name, driver in selected(manager, args.connection):
         if not driver.capabilities.migrations:
             out.write(f"{name} ({driver.kind}): nothing to migrate\n")
             continue
-        applied = driver.migrate()
-        detail = f"applied migration(s) {', '.join(map(str, applied))}" if applied else "already up to date"
-        out.write(f"{name} ({driver.kind}): {detail}\n")
+        out.write(f"{name} ({driver.kind}): {applied(driver.migrate())}\n")
+    if manager.outbox is not None and args.connection is None:
+        out.write(f"outbox ({manager.outbox.target.where}): {applied(manager.outbox.migrate())}\n")
+    return EXIT_OK
+
+
+def cmd_outbox_relay(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    """``outbox:relay``: publish the outbox's committed jobs until stopped, or once."""
+    from ..errors import ConfigurationError
+    from ..outbox import Relay
+
+    if args.quiet:
+        log.setLevel(logging.WARNING)
+    manager = frontend.manager(args)
+    options: dict[str, Any] = {"sleep": args.sleep, "batch": args.batch}
+    try:
+        relay = Relay(manager, **{key: value for key, value in options.items() if value is not None})
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
+    targets = ", ".join(relay.connections) or "no connection"
+    if args.once:
+        relayed = relay.run_once()
+        log.info("outbox relay: %d job(s) relayed to %s", relayed, targets)
+        return EXIT_OK
+    if threading.current_thread() is threading.main_thread():
+        relay.install_signal_handlers()
+    log.info("outbox relay started: %s to %s", relay.outbox.describe(), targets)
+    stats = relay.run()
+    log.info(
+        "outbox relay stopped: %d relayed, %d duplicate(s) dropped, %d refused", stats.relayed, stats.duplicates,
+        stats.refused,
+    )  # fmt: skip
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ from .commands import (
     cmd_health,
     cmd_make_job,
     cmd_migrate,
+    cmd_outbox_relay,
     cmd_pause,
     cmd_reclaim,
     cmd_retry,
@@ -66,6 +67,7 @@ COMMANDS: dict[str, Callable[[Frontend, argparse.Namespace, IO[str]], int]] = {
     "queue:status": cmd_status,
     "queue:health": cmd_health,
     "queue:migrate": cmd_migrate,
+    "outbox:relay": cmd_outbox_relay,
     "queue:pause": cmd_pause,
     "queue:continue": cmd_continue,
     "schedule:run": cmd_schedule_run,
@@ -185,6 +187,9 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
         metavar="PATH",
         help="touch PATH about once a second while the worker's loop turns (see queue:health)",
     )
+    work.add_argument(
+        "--relay", action="store_true", help="also relay the outbox's jobs to their connections (see outbox:relay)"
+    )
     work.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
 
     failed = command("queue:failed", "List failed jobs, newest first; with an ID, show that one in full.")
@@ -242,8 +247,27 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
         "exit 0 when all is well, 2 when anything is not.",
     )
 
-    migrate = command("queue:migrate", "Create or update the queue's tables on every connection that has them.")
-    connection_option(migrate, "all")
+    migrate = command(
+        "queue:migrate", "Create or update the queue's tables on every connection that has them, and the outbox's."
+    )
+    connection_option(migrate, "all, and the outbox")
+
+    relay = command(
+        "outbox:relay",
+        "Publish the jobs committed to the outbox to their connections, in order, and delete them, until stopped "
+        "(SIGTERM/SIGINT stop it once its batch is published).",
+    )
+    relay.add_argument("--once", action="store_true", help="relay what is committed now, then exit")
+    relay.add_argument(
+        "--sleep",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="longest wait between looks where it cannot listen for commits (default: 1)",
+    )
+    relay.add_argument(
+        "--batch", type=positive_int, metavar="N", help="rows published and deleted at a time (default: 500)"
+    )
+    relay.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
 
     make = command("make:job", "Write a job module and its test.")
     make.add_argument("name", metavar="Name", help="the job class, e.g. SendInvoice")

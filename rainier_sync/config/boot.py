@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..container import Container
     from ..drivers.base import BaseQueue
     from ..locks.base import LockStore
+    from ..outbox.store import Outbox
     from ..registry import JobRegistry
 
 __all__ = ["QueueResources", "Booted", "build", "build_from_env", "build_from_config"]
@@ -28,7 +29,8 @@ class QueueResources:
     - ``registry`` and ``container``: what ``sync`` runs jobs with (and every
       worker; the boot's own ``registry=``/``container=`` arguments do the same).
     - ``database``: the application's database URL, for ``database``
-      connections (else ``DATABASE_URL``).
+      connections and for the outbox of connections declared with ``outbox =
+      true`` (else ``DATABASE_URL``).
     - ``locks``: a shared lock store, required by ``kafka`` and used by unique
       jobs on every connection.
     """
@@ -51,6 +53,8 @@ class Booted:
     registry: JobRegistry | None
     container: Container | None
     locks: LockStore | None
+    #: The outbox of the connections declared with ``outbox = true`` (None when none is).
+    outbox: Outbox | None = None
 
     def close(self) -> None:
         """Close every driver (the boot failed after they were built)."""
@@ -128,7 +132,8 @@ def build(
     for config in connections:
         prepare = config.spec.prepare
         plans.append((config, prepare(config.where(), context) if prepare is not None else {}))
-    booted = Booted({}, connections.default_name, registry, container, resources.locks)
+    outbox = _outbox(connections, context)
+    booted = Booted({}, connections.default_name, registry, container, resources.locks, outbox)
     try:
         for config, prepared in plans:
             booted.connections[config.name] = _build(config, prepared)
@@ -138,13 +143,42 @@ def build(
     return booted
 
 
+def _outbox(connections: Connections, context: BootContext) -> Outbox | None:
+    """The outbox of the connections declared with ``outbox = true``, in the
+    application's database (nothing is opened: a dispatch writes through the
+    caller's connection)."""
+    names = [config.name for config in connections if config.settings.get("outbox")]
+    if not names:
+        return None
+    first = connections[names[0]]
+    where = f"{first.where(first.label('outbox'))}: {first.label('outbox')} = true"
+    url, label = context.database, "QueueResources.database"
+    if url is None:
+        url, label = context.env.get("DATABASE_URL", "").strip(), "DATABASE_URL"
+        if not url:
+            raise ConfigurationError(
+                f"{where} puts its jobs in an outbox table of the application's database, and DATABASE_URL is not "
+                "set (nor QueueResources.database); set it to the URL of the database whose connections you pass "
+                "to within()"
+            )
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(f"{where} needs {label} to be a database URL such as sqlite:///app.db, got {url!r}")
+    from ..outbox.store import Outbox
+
+    try:
+        return Outbox(url, connections=names)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from exc
+
+
 def _build(config: ConnectionConfig, prepared: dict[str, Any]) -> BaseQueue:
     """Build one connection's driver; what goes wrong is named after the connection."""
     spec = config.spec
     where = config.where()
     extra = f"; install it with: pip install 'rainier_sync[{spec.extra}]'" if spec.extra else ""
+    settings = {key: value for key, value in config.settings.items() if key != "outbox"}
     try:
-        return spec.build(dict(config.settings), prepared)
+        return spec.build(settings, prepared)
     except DriverUnavailableError as exc:
         raise ConfigurationError(f"{where}: {exc}{'' if 'pip install' in str(exc) else extra}") from exc
     except ImportError as exc:

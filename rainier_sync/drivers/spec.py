@@ -32,6 +32,7 @@ __all__ = [
     "BootContext",
     "Declared",
     "QUEUE_DECOY",
+    "OUTBOX",
     "register_driver",
     "driver_spec",
     "driver_names",
@@ -187,6 +188,13 @@ class Setting:
     kind: Kind
     env: tuple[str, ...] = ()
     required: str | None = None
+
+
+#: The setting of a driver that cannot write in the caller's transaction: ``outbox =
+#: true`` sends its dispatches ``.within(conn)`` through the outbox in the
+#: application's database (``QueueResources(database=url)`` or ``DATABASE_URL``).
+#: Configuration takes it out before the driver is built: it is the manager's.
+OUTBOX = Setting(flag(), env=("QUEUE_OUTBOX",))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 from .. import _clock
 
 if TYPE_CHECKING:
+    from ..manager import QueueManager
+    from ..outbox.relay import Relay
+    from .health import Health
     from .options import WorkerOptions, WorkerStats
     from .pool import Pool
 
@@ -21,8 +24,12 @@ class Control:
     """:meth:`stop`, :meth:`start`, :meth:`join` and the signal handlers of a
     :class:`~rainier_sync.Worker`; the owning loop carries a stop out."""
 
+    manager: QueueManager
     options: WorkerOptions
     stats: WorkerStats
+    _health: Health
+    #: The outbox relay running beside the loop (``WorkerOptions.relay``), or None.
+    _relay: Relay | None = None
     connection_name: str | None
     _stop: threading.Event
     _stop_notice: threading.Event
@@ -50,6 +57,8 @@ class Control:
         pool = self._pool
         if pool is not None:
             pool.pause()
+        if self._relay is not None:
+            self._relay.stop()
         self._stop_notice.set()
         self._waker.set()
 
@@ -61,6 +70,8 @@ class Control:
         pool = self._pool
         if pool is not None:
             pool.pause()
+        if self._relay is not None:
+            self._relay.stop()  # a flag and the relay's waker: as safe here as ours
         self._waker.set()  # re-entrant
 
     def start(self) -> threading.Thread:
@@ -83,6 +94,39 @@ class Control:
         if self._thread is not None:
             self._thread.join(timeout)
         return self.stats
+
+    # -- the outbox relay ------------------------------------------------------------
+    def _make_relay(self) -> Relay | None:
+        """The relay ``WorkerOptions(relay=True)`` asks for; a manager without an outbox is refused now."""
+        if not self.options.relay:
+            return None
+        from ..outbox.relay import Relay
+
+        return Relay(self.manager, sleep=self.options.sleep)
+
+    def _start_relay(self) -> None:
+        """At the start of a run: the relay's thread, or (``once``) one relaying of what is committed."""
+        relay = self._relay
+        if relay is None:
+            return
+        if self.options.once:
+            self._health.call("relay", relay.run_once)
+        else:
+            relay.start()
+
+    def _stop_relay(self) -> None:
+        """At the end of a run: the relay finishes the batch it is publishing."""
+        relay = self._relay
+        if relay is None or self.options.once:
+            return
+        relay.stop()
+        wait = max(self.options.grace, 5.0)
+        if not relay.join(wait):
+            log.warning(
+                "the outbox relay did not stop within %.0fs; a batch it had not deleted is published again by the "
+                "next relay",
+                wait,
+            )
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT stop the worker gracefully; a second one stops it

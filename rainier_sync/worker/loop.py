@@ -144,6 +144,7 @@ class Worker(Control, Stopping):
             self._longest_wait = min(self._longest_wait, RECORD_EVERY)
         #: When the owning loop last began a turn (monotonic; None before the run).
         self._last_turn: float | None = None
+        self._relay = self._make_relay()
 
     def health(self) -> WorkerHealth:
         """What a liveness probe judges: how long ago the loop last turned, what it
@@ -180,6 +181,7 @@ class Worker(Control, Stopping):
         self._loop_thread = threading.get_ident()
         signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
         self._start_pool()
+        self._start_relay()
 
     def _turn(self) -> bool:
         """One turn of the loop; False when the run is over."""
@@ -336,6 +338,7 @@ class Worker(Control, Stopping):
                 self._health.failed("close_session", exc)
         if self.fleet is not None:
             self.fleet.leave()
+        self._stop_relay()
 
     # -- the pieces of a turn ------------------------------------------------------------
     def _consumer(self) -> ConsumerSession:

@@ -63,6 +63,9 @@ class WorkerOptions:
       while it turns, for a liveness probe (``rainier-sync queue:health``);
       with it the loop turns at least that often, busy or idle. Its
       directory must exist.
+    - ``relay``: also run the manager's outbox relay (:mod:`rainier_sync.outbox`)
+      in a thread beside the loop, polling every ``sleep`` where it cannot
+      listen; with ``once``, relay what is committed before the first claim.
     """
 
     queues: Sequence[str] = ("default",)
@@ -81,6 +84,7 @@ class WorkerOptions:
     prefetch: int | None = None
     schedule: bool = False
     health_file: str | None = None
+    relay: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str):
@@ -100,6 +104,8 @@ class WorkerOptions:
         _option("prefetch", self.prefetch, whole=True, zero=True, none=True)
         load_child_setup(self.child_setup)
         self.health_file = _health_file(self.health_file)
+        if not isinstance(self.relay, bool):
+            raise ConfigurationError(f"worker option relay must be True or False, got {self.relay!r}")
 
     @property
     def most_ahead(self) -> int:

@@ -1,5 +1,6 @@
-"""examples/flask_app: dispatch on a form submit, transactional with the signup,
-worked by an embedded thread or by ``flask queue work`` in another process."""
+"""examples/flask_app: dispatch on a form submit within Flask-SQLAlchemy's
+``db.session``, transactional with the signup, worked by an embedded thread or
+by ``flask queue work`` in another process."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from flask import Flask
 
 from examples.flask_app import create_app
 from examples.flask_app.jobs import Mailer, SendWelcome
+from examples.flask_app.models import Signup, db
 from rainier_sync.flask import get_state
 from tests.support import wait_until
 
@@ -60,14 +62,25 @@ def test_bad_input_is_refused_and_nothing_is_queued(app: Flask) -> None:
 
 
 def test_the_job_rolls_back_with_the_signup(app: Flask) -> None:
+    """A request that fails after the dispatch: the app context's teardown
+    removes db.session, rolling back the signup and its job together."""
     manager = get_state(app).manager
-    with app.app_context(), pytest.raises(RuntimeError, match="after the dispatch"):
-        with closing(sqlite3.connect(app.config["APP_DATABASE"])) as db, db:
-            db.execute("INSERT INTO signups (name, email) VALUES ('Bob', 'bob@example.com')")
-            manager.pending(SendWelcome(signup_id=1)).within(db).send()
-            raise RuntimeError("the request failed after the dispatch")
+    with pytest.raises(RuntimeError, match="after the dispatch"), app.app_context():
+        signup = Signup(name="Bob", email="bob@example.com")
+        db.session.add(signup)
+        db.session.flush()
+        manager.pending(SendWelcome(signup_id=signup.id)).within(db.session).send()
+        raise RuntimeError("the request failed after the dispatch")
     assert rows(app, "SELECT count(*) FROM signups") == [(0,)]
     assert manager.connection().size() == 0
+
+
+def test_the_session_and_the_queue_share_one_database(app: Flask) -> None:
+    assert app.config["DATABASE_URL"] == app.config["SQLALCHEMY_DATABASE_URI"]
+    app.test_client().post("/signup", data={"name": "Ada", "email": "ada@example.com"})
+    # One SQLite file holds the app's table and the queue's.
+    assert rows(app, "SELECT count(*) FROM signups") == [(1,)]
+    assert rows(app, "SELECT name FROM rainier_jobs") == [("signups.send-welcome",)]
 
 
 def test_the_dashboard_needs_the_login(app: Flask) -> None:

@@ -5,22 +5,19 @@ side), :mod:`.failed` (the failed store), :mod:`.listen` (idle waits) and
 
 from __future__ import annotations
 
-import os
-import sqlite3
-import urllib.parse
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ... import _clock
 from ...errors import PayloadError
 from ...types import QueueCounts, QueuedJob
 from ._schema import FAILED, JOBS, MIGRATION_LIST, Migration, migrate
-from ._sqlalchemy import dbapi_connection, is_sqlalchemy
 from .browse import Browsing
+from .caller import caller_connection
 from .claims import Claims
 from .dialects import job_row
 from .failed import FailedTable
 from .listen import Waiting
-from .url import MYSQL, POSTGRESQL, SQLITE
+from .url import POSTGRESQL
 
 if TYPE_CHECKING:
     from ...locks.database import DatabaseLockStore
@@ -144,23 +141,7 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
         SQLAlchemy 2 ``Connection`` or ``Session`` (Flask-SQLAlchemy's
         ``db.session`` too) over one of them; a SQLAlchemy one gets its
         transaction begun if it has none yet."""
-        described = f"{type(connection).__module__}.{type(connection).__qualname__}"
-        if is_sqlalchemy(connection):
-            connection, dialect, described = dbapi_connection(connection)
-        elif isinstance(connection, sqlite3.Connection):
-            dialect = SQLITE
-        else:
-            module = type(connection).__module__.split(".")[0]
-            dialect = {"psycopg": POSTGRESQL, "pymysql": MYSQL}.get(module, "")
-        if dialect != self.dialect:
-            raise TypeError(
-                f"dispatch within a transaction needs an open {self.dialect} connection to the queue's database "
-                f"({self._backend.target.where}); got {described}"
-            )
-        if dialect == SQLITE:
-            self._check_same_sqlite_file(connection)
-        else:
-            self._check_same_database(connection, described)
+        connection, _ = caller_connection(connection, self._backend.target, "the queue")
         cursor = connection.cursor()
         sql = self._sql(self._sql.insert_one())
         for job in jobs:
@@ -173,31 +154,6 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
                     f"{text.splitlines()[0] if text else exc!r}"
                 ) from exc
         return [job.id for job in jobs]
-
-    def _check_same_sqlite_file(self, connection: sqlite3.Connection) -> None:
-        rows = connection.execute("PRAGMA database_list").fetchall()
-        files = {os.path.realpath(row[2]) for row in rows if row[1] == "main" and row[2]}
-        ours = os.path.realpath(self._backend.target.path)
-        if files and ours not in files:
-            raise TypeError(
-                f"dispatch within a transaction: that connection is on the SQLite file {sorted(files)[0]}, "
-                f"not on the queue's file {ours}"
-            )
-
-    def _check_same_database(self, connection: Any, described: str) -> None:
-        """Refuse a connection to another database of the server (or another server's
-        database of another name); hosts are not compared, as one may have several names."""
-        ours = urllib.parse.unquote(urllib.parse.urlsplit(self._backend.target.url).path.lstrip("/"))
-        if self.dialect == POSTGRESQL:
-            theirs = connection.info.dbname
-        else:
-            theirs = connection.db
-            theirs = theirs.decode() if isinstance(theirs, bytes) else theirs
-        if ours and theirs and theirs != ours:
-            raise TypeError(
-                f"dispatch within a transaction: {described} is connected to the database {theirs!r}, "
-                f"but the queue is in {self._backend.target.label}"
-            )
 
     # -- inspection ------------------------------------------------------------------------------
     def size(self, queue: str | None = None) -> int:

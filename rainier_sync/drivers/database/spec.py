@@ -56,6 +56,10 @@ SPEC = DriverSpec(
             "the database driver uses the application's database, not a named connection",
             _FROM_DATABASE_URL,
         ),
+        "outbox": (
+            "the database driver writes a job within the caller's transaction itself, in its own table",
+            "nothing: manager.pending(job).within(conn) already commits with the caller",
+        ),
     },
     env_refused={
         "DB_QUEUE": QUEUE_DECOY,

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ...errors import ConfigurationError
-from ..spec import Bad, BootContext, DriverSpec, Kind, Setting, duration, seconds, text
+from ..spec import OUTBOX, Bad, BootContext, DriverSpec, Kind, Setting, duration, seconds, text
 
 __all__ = ["SPEC"]
 
@@ -59,6 +59,7 @@ SPEC = DriverSpec(
         "lease": Setting(seconds(), env=("QUEUE_RESERVATION",)),
         "timeout": Setting(duration(0.1)),
         "commit_interval": Setting(duration(0.0)),
+        "outbox": OUTBOX,
     },
     period="lease",
     default_period=90,

@@ -5,7 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError
-from ..spec import QUEUE_DECOY, Bad, Declared, DriverSpec, Kind, Setting, count, flag, millis, seconds, text, url
+from ..spec import (
+    OUTBOX,
+    QUEUE_DECOY,
+    Bad,
+    Declared,
+    DriverSpec,
+    Kind,
+    Setting,
+    count,
+    flag,
+    millis,
+    seconds,
+    text,
+    url,
+)
 
 __all__ = ["SPEC"]
 
@@ -95,6 +109,7 @@ SPEC = DriverSpec(
         "service_name": Setting(Kind(_service), env=("REDIS_SENTINEL_SERVICE",)),
         "prefix": Setting(text(), env=("REDIS_QUEUE_PREFIX",)),
         "reservation": Setting(seconds(), env=("QUEUE_RESERVATION",)),
+        "outbox": OUTBOX,
         "connect_timeout_ms": Setting(millis()),
         "response_timeout_ms": Setting(millis()),
         "reconnect": Setting(flag()),

@@ -6,7 +6,7 @@ import json
 from typing import Any, Mapping
 
 from ...errors import ConfigurationError
-from ..spec import QUEUE_DECOY, Bad, Declared, DriverSpec, Kind, Setting, seconds, text, url
+from ..spec import OUTBOX, QUEUE_DECOY, Bad, Declared, DriverSpec, Kind, Setting, seconds, text, url
 
 __all__ = ["SPEC"]
 
@@ -85,6 +85,7 @@ SPEC = DriverSpec(
         "endpoint": Setting(url(("http", "https"), "http://127.0.0.1:5000"), env=("SQS_ENDPOINT",)),
         "visibility_timeout": Setting(seconds(1, 43_200), env=("QUEUE_RESERVATION",)),
         "wait_time": Setting(seconds(0, 20)),
+        "outbox": OUTBOX,
         "timeout": Setting(seconds(1, 3600)),
         "key": Setting(text(), env=("AWS_ACCESS_KEY_ID",)),
         "secret": Setting(text(), env=("AWS_SECRET_ACCESS_KEY",)),
