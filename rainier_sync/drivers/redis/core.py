@@ -101,9 +101,7 @@ class _RedisCore(BaseQueue):
             raise ConfigurationError(f"redis connection: prefix must be a non-empty printable string, got {prefix!r}")
         check_number("redis connection: reservation", reservation, unit="seconds")
         self._topology = client if isinstance(client, _Topology) else _Topology.of(client)
-        self.prefix = prefix
-        #: The key names (tagged per queue on a cluster).
-        self.keys = _Keys(prefix, self._topology.cluster)
+        self.prefix = prefix  # and with it, the key names
         self.reservation: float = float(reservation)
         #: This process's name in the consumer group (also its connections' client name).
         self.consumer = consumer or _consumer_name()
@@ -120,6 +118,15 @@ class _RedisCore(BaseQueue):
         self._push_lock = threading.Lock()
         self._push_lines: dict[str, _Line] = {}
         self._pid = os.getpid()
+
+    @property
+    def prefix(self) -> str:
+        """What every key of this queue starts with."""
+        return self.keys.prefix
+
+    @prefix.setter
+    def prefix(self, prefix: str) -> None:
+        self.keys = _Keys(prefix, self._topology.cluster)  # the key names (tagged per queue on a cluster)
 
     @property
     def client(self) -> Any:
