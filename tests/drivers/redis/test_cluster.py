@@ -280,3 +280,15 @@ def test_a_drain_and_a_dispatch_at_once_on_several_threads(make: Callable[..., R
         thread.join(10)
     assert seen == set(pushed)
     assert sum(queue.size(name) for name in names) == 0
+
+
+def test_a_cluster_client_built_elsewhere_is_taken_as_it_is(redis_cluster_url: str, cluster_prefix: str) -> None:
+    host, port = redis_cluster_url.split("//", 1)[1].split(",", 1)[0].split(":")
+    client = RedisCluster(host=host, port=int(port), protocol=2)
+    queue = RedisQueue(client, prefix=cluster_prefix, reservation=30)
+    try:
+        assert queue.cluster and queue.describe().startswith("redis cluster")
+        queue.push_many([job("a"), job("b")])
+        assert len(queue.reserve_many(["a", "b"], 5)) == 2
+    finally:
+        queue.close()

@@ -245,3 +245,21 @@ def test_a_replica_named_as_the_server_is_reported_unavailable_after_the_retries
             queue.reserve_many(["default"], 1)
     finally:
         queue.close()
+
+
+def test_a_sentinel_client_built_elsewhere_is_taken_as_it_is(redis_sentinel_url: str) -> None:
+    from redis.sentinel import Sentinel
+
+    hosts = redis_sentinel_url.split("//", 1)[1].split("/", 1)[0].split(",")
+    sentinel = Sentinel([(h.split(":")[0], int(h.split(":")[1])) for h in hosts])
+    prefix = f"rssentinel:{uuid.uuid4().hex[:12]}:"
+    queue = RedisQueue(sentinel.master_for(SERVICE, protocol=2, db=4), prefix=prefix)
+    try:
+        described = queue.describe()
+        assert described.startswith(f"redis sentinel {SERVICE}@") and described.endswith(f"/4 prefix={prefix!r}")
+        queue.push(job())
+        (got,) = queue.reserve_many(["default"], 5)
+        queue.acknowledge(got)
+        assert queue.size("default") == 0
+    finally:
+        queue.close()
