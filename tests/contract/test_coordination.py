@@ -1,6 +1,7 @@
 """The lock store's coordination API (job middleware's windows and counters,
 paused queues' flags), held alike on every store: memory, the database on
-SQLite, PostgreSQL and MariaDB, and Redis, each against its real server."""
+SQLite, PostgreSQL and MariaDB, and Redis (one server, and a Redis Cluster),
+each against its real server."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from freezegun import freeze_time
 from rainier_sync import Job, JobContext
 from rainier_sync.locks import LockStore, MemoryLockStore
 
-STORES = ["memory", "sqlite", "postgres", "mysql", "redis"]
+STORES = ["memory", "sqlite", "postgres", "mysql", "redis", "redis_cluster"]
 
 
 @pytest.fixture(params=STORES)
@@ -25,10 +26,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LockStore]
     if kind == "memory":
         yield MemoryLockStore()
         return
-    if kind == "redis":
+    if kind in ("redis", "redis_cluster"):
         from rainier_sync.locks import RedisLockStore
 
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue("redis_url" if kind == "redis" else "redis_cluster_url")
         made: LockStore = RedisLockStore.from_url(url, prefix=f"rstest:{uuid.uuid4().hex[:12]}:")
     else:
         from rainier_sync.locks import DatabaseLockStore
