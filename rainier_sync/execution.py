@@ -35,6 +35,7 @@ from .outcome import (
     Outcome,
     decided,
 )
+from .scopes import attempt_scopes
 from .types import ExceptionInfo, FailedJob, QueuedJob, encode
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class Executor:
         interrupted = False
         returned: list[Any] = []
         try:
-            with self.attempt_context(queued):
+            with self.attempt_context(queued), attempt_scopes(queued):
                 job = self.build(queued)
                 chain = self.chain(queued, job)
                 if self.skipped_batch(queued, context):
@@ -269,7 +270,7 @@ class Executor:
             return Completion(queued, RELEASED, delay=delay, info=info, exception=error, duration=duration)
         if job is not None:
             try:
-                with self.attempt_context(queued):
+                with self.attempt_context(queued), attempt_scopes(queued):
                     job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
             except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
                 log.exception("%s.failed() raised; ignored", type(job).__qualname__)

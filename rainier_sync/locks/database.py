@@ -14,7 +14,7 @@ from ..drivers.database.backend import _Backend
 from ..types import float_text
 from ._pg_listen import ValueListener, notifying_key
 from ._pg_tally import SETTLE, read_settled, settle_params
-from .base import LockStore
+from .base import LockStore, rooms_of, take_from
 
 __all__ = ["DatabaseLockStore"]
 
@@ -113,28 +113,58 @@ class DatabaseLockStore(LockStore):
         )
         return str(rows[0][0]) if rows else None
 
-    # -- coordination: each check is one transaction that holds its row (SQLite:
-    # the write lock) while it reads the library's clock, so freezegun moves
-    # windows and two workers never both take the last place in one.
+    # -- coordination: each check holds its row (SQLite: the write lock) while it
+    # reads the library's clock, so freezegun moves windows and two workers never
+    # both take the last place in one.
     def take(self, key: str, limit: int, per: float) -> float:
-        sql, per = self._backend.sql, float(per)
+        taken, rooms = self.take_many(key, 1, limit, per)
+        return 0.0 if taken else rooms[0]
 
-        def check(cursor: Any) -> float:
+    def take_many(self, key: str, n: int, limit: int, per: float, hold: float = 0.0) -> tuple[int, list[float]]:
+        """A window is one row: its batches of starts as text, ``stamp*count``
+        (``stamp`` alone is one start). On PostgreSQL one statement (an upsert
+        whose update reads the row it holds); elsewhere one transaction."""
+        per, hold = float(per), float(hold)
+        if self.dialect == POSTGRESQL:
+            return self._take_many_in_one(key, n, limit, per, hold)
+        sql = self._backend.sql
+
+        def check(cursor: Any) -> tuple[int, list[float]]:
             cursor.execute(sql(self._insert_absent(WINDOWS, "window_key, starts", "%s, ''")), (key,))
             cursor.execute(sql(f"SELECT starts FROM {WINDOWS} WHERE window_key = %s{self._for_update}"), (key,))
             now = _clock.now()
-            starts = [float(t) for t in str(cursor.fetchone()[0]).split()]
-            starts = [t for t in starts if t > now - per][-limit:] if limit > 0 else []
-            wait = 0.0
-            if len(starts) < limit:
-                starts.append(now)
-            else:
-                wait = max(0.0, starts[len(starts) - limit] + per - now) if limit > 0 else per
-            text = " ".join(float_text(t) for t in starts)
-            cursor.execute(sql(f"UPDATE {WINDOWS} SET starts = %s WHERE window_key = %s"), (text, key))
-            return wait
+            kept, taken, rooms = take_from(_batches(str(cursor.fetchone()[0])), n, limit, per, now, now + hold)
+            cursor.execute(sql(f"UPDATE {WINDOWS} SET starts = %s WHERE window_key = %s"), (_window_text(kept), key))
+            return taken, rooms
 
         return self._backend.transaction(check)
+
+    def _take_many_in_one(self, key: str, n: int, limit: int, per: float, hold: float) -> tuple[int, list[float]]:
+        # ON CONFLICT DO UPDATE reads the newest version of the row it has locked,
+        # so the batches it keeps are those every earlier take left.
+        clock: list[float] = []
+
+        def params() -> tuple[Any, ...]:
+            now = _clock.now()
+            clock[:] = [now]
+            stamp = float_text(now + hold)
+            return (key, f"{stamp}*{min(n, limit)}", stamp, n, limit, now - per)
+
+        rows = self._backend.stamped(
+            f"INSERT INTO {WINDOWS} AS w (window_key, starts) VALUES (%s, %s) "
+            "ON CONFLICT (window_key) DO UPDATE SET starts = ("
+            "SELECT concat_ws(' ', string_agg(tok, ' '), "
+            "%s::text || '*' || LEAST(%s::bigint, GREATEST(0, %s::bigint - COALESCE(SUM(n), 0)))) "
+            "FROM (SELECT tok, COALESCE(NULLIF(split_part(tok, '*', 2), ''), '1')::bigint AS n "
+            "FROM unnest(string_to_array(w.starts, ' ')) AS tok "
+            "WHERE tok <> '' AND split_part(tok, '*', 1)::float8 > %s::float8) AS kept WHERE n > 0"
+            ") RETURNING starts",
+            params,
+            fetch=True,
+        )
+        batches = _batches(str(rows[0][0]))
+        taken = batches[-1][1]
+        return taken, rooms_of([b for b in batches if b[1] > 0], limit, per, clock[0])
 
     def count(self, key: str, window: float) -> int:
         sql, window = self._backend.sql, float(window)
@@ -385,3 +415,16 @@ class DatabaseLockStore(LockStore):
             self._listener.close()
         if self._owns_connection:
             self._backend.db.close()
+
+
+def _batches(text: str) -> list[tuple[float, int]]:
+    """A window's text as its batches: ``stamp*count`` each, ``stamp`` alone one start."""
+    batches = []
+    for token in text.split():
+        stamp, _, count = token.partition("*")
+        batches.append((float(stamp), int(count) if count else 1))
+    return batches
+
+
+def _window_text(batches: list[tuple[float, int]]) -> str:
+    return " ".join(float_text(at) if count == 1 else f"{float_text(at)}*{count}" for at, count in batches)

@@ -429,13 +429,15 @@ class Worker(Control, Stopping):
             return
         started = self._started
         if started is not None:
-            started[id(job)] = (job, _clock.monotonic())
+            began = _clock.monotonic()
+            started[id(job)] = (job, began)
         try:
             completion = self.attempts.run(job, self._stop_notice)
         except BaseException as exc:  # noqa: BLE001 - never lose a completion
             completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
         if started is not None:
             started.pop(id(job), None)
+            completion.started = began
         done = self._claims.done
         done.append(completion)
         # A batch's worth finished, or nothing left to start: the loop has work. (It

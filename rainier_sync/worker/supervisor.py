@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import _clock, signals
 from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
 from ..execution import INTERRUPTED, PROCESSED, Completion, Executor
+from ..scopes import attempt_scopes
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 from .child import ForkServer, flush_stdio, kill_group
 from .children import _Child, _describe_status
@@ -311,7 +312,8 @@ class Supervisor:
                 raise _ChildAttemptFailed(completion)
 
         try:
-            executor.through(chain, job, context, attempt)
+            with attempt_scopes(queued):  # the middleware runs here, as it would in a thread
+                executor.through(chain, job, context, attempt)
         except _ChildAttemptFailed as failed:
             return failed.completion
         except Exception as exc:  # noqa: BLE001 - a middleware that raises fails the attempt, not the worker
@@ -342,7 +344,8 @@ class Supervisor:
             child.attempts += 1
             handed = _clock.monotonic()  # the limit starts now: starting a child is not the job's time
             child.send({"op": "run", "job": queued.to_wire(), "connection": queued.connection})
-            outcome = self._await(child, timeout, stop_requested, handed)
+            with attempt_scopes(queued):  # the child's dispatches are sent from here
+                outcome = self._await(child, timeout, stop_requested, handed)
             reusable = outcome.get("op") == "done"
         except (OSError, ValueError) as exc:
             # the child cannot be talked to (or talks nonsense): stop it; the attempt counts as crashed

@@ -14,6 +14,7 @@ import pytest
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions, signals
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.drivers import base as driver_base
+from rainier_sync.drivers import waker as waker_module
 from rainier_sync.execution import FAILED, RELEASED, Completion
 from rainier_sync.types import ExceptionInfo
 
@@ -32,7 +33,7 @@ def test_a_set_racing_a_clear_leaves_the_flag_and_the_pipe_in_agreement(monkeypa
         racer.join(0.2)
         return real_write(fd, data)
 
-    monkeypatch.setattr(driver_base.os, "write", write_after_a_racing_clear)
+    monkeypatch.setattr(waker_module.os, "write", write_after_a_racing_clear)
     waker.set()
     monkeypatch.undo()
     assert cleared.wait(5)
