@@ -32,9 +32,21 @@ PROCESS_MODULES = (
 )
 
 
+#: Fixtures that start servers of the run's own (a Redis Cluster, sentinels), and
+#: the parameters (contract harnesses, lock stores) that are on them: their tests
+#: share one xdist worker, so one cluster and one sentinel group serve them all.
+TOPOLOGY_FIXTURES = {"redis_cluster_url", "redis_sentinel_url", "sentinel_group"}
+TOPOLOGY_HARNESSES = {"redis_cluster"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = pathlib.Path(__file__).parent
     for item in items:
         where = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
         if where in PROCESS_MODULES or item.get_closest_marker("processes") is not None:
             item.add_marker(pytest.mark.xdist_group("processes"))
+        elif TOPOLOGY_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
+            isinstance(value, str) and value in TOPOLOGY_HARNESSES
+            for value in getattr(getattr(item, "callspec", None), "params", {}).values()
+        ):
+            item.add_marker(pytest.mark.xdist_group("redis-topologies"))

@@ -6,9 +6,12 @@ A batch lives in the lock store: its record (name, callbacks, options) as a
 value under ``batch:<id>``, its counts as a tally under the same key (total,
 pending, processed, failed, skipped, cancelled). Each job carries its batch's
 id (``meta["batch"]``). When a job finishes for good, before it is
-acknowledged, the worker settles it in the tally: a job id counts once, so a
-job run twice (at-least-once delivery) is not counted twice. The settle that
-sees nothing pending queues the callbacks: ``then`` when every job succeeded,
+acknowledged, the worker counts it in the tally (:func:`settle_many`, a settle
+round's jobs at once): a job id counts once, so a job run twice (at-least-once
+delivery) is not counted twice. (A database worker whose lock store is its own
+database counts it with the acknowledgement instead, see
+:mod:`rainier_sync.drivers.database.counting`.) The count that sees nothing
+pending queues the callbacks: ``then`` when every job succeeded,
 ``finally_`` in any case; ``catch`` is queued at a job's final failure. Each
 callback carries a once-key (``batch:<id>:then``...), so however many settles
 queue it (a crash re-runs a job, and its settle queues again) it runs once
@@ -16,8 +19,9 @@ queue it (a crash re-runs a job, and its settle queues again) it runs once
 
 Without ``allow_failures()`` a final failure cancels the batch; so does
 :meth:`~rainier_sync.QueueManager.cancel_batch`. A job of a cancelled batch is
-skipped when it comes to run (workers look the cancel up at most every
-:data:`CANCEL_LOOKUP` seconds per batch) and counts as skipped.
+skipped when it comes to run, before its middleware (workers look the cancel
+up at most every :data:`CANCEL_LOOKUP` seconds per batch), and counts as
+skipped, as does a job of a batch that a middleware skips.
 
 Everything of a batch expires ``retention`` seconds (7 days by default) after
 its last change.
@@ -36,11 +40,11 @@ from .job import Job
 from .types import QueuedJob, decode, encode
 
 if TYPE_CHECKING:
-    from .job import JobContext
     from .locks.base import LockStore
     from .pending import Dispatcher
 
-__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "CANCEL_LOOKUP", "RETENTION"]
+__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "call_back", "records_of"]
+__all__ += ["CANCEL_LOOKUP", "RETENTION"]
 
 #: Seconds a batch is kept after its last change (the default).
 RETENTION = 7 * 86400.0
@@ -165,12 +169,12 @@ class PendingBatch:
             if record.get(which) is not None:
                 queued = manager.build(record[which])
                 record[which] = [manager.default, queued.to_wire()]
-        zero = dict.fromkeys(_COUNTS, 0)
-        locks.tally_add(batch_key(batch_id), zero, self._retention)
+        counts = {**dict.fromkeys(_COUNTS, 0), "total": len(self._jobs), "pending": len(self._jobs)}
+        locks.tally_add(batch_key(batch_id), counts, self._retention)
         locks.put_value(batch_key(batch_id), encode(record), self._retention)
         locks.set_flag(BATCHES, batch_id, True)
-        _queue(manager, batch_id, record, self._jobs)
-        return read(manager, batch_id) or Batch(batch_id, record, zero, manager)
+        _queue(manager, batch_id, record, self._jobs, counted=True)
+        return read(manager, batch_id) or Batch(batch_id, record, counts, manager)
 
 
 def _check_jobs(manager: Any, jobs: list[Any], what: str = "job") -> None:
@@ -194,22 +198,18 @@ def _locks(manager: Any) -> LockStore:
 
 
 def _queue(
-    manager: Any, batch_id: str, record: dict[str, Any], jobs: list[Job], *, add: bool = False
+    manager: Any, batch_id: str, record: dict[str, Any], jobs: list[Job], *, counted: bool = False
 ) -> list[str | None]:
-    """Count ``jobs`` into the batch, then queue them (counted first: a job that
-    finishes at once must find itself counted)."""
+    """Count ``jobs`` into the batch (unless ``counted`` already), then queue them
+    as ``dispatch_many`` does (counted first: a job that finishes at once must
+    find itself counted)."""
     if not jobs:
         return []
-    _check_jobs(manager, jobs)
-    locks = _locks(manager)
-    built = [manager.build(job, queue=record.get("queue")) for job in jobs]
-    for queued in built:
-        queued.meta = {**(queued.meta or {}), "batch": batch_id}
-    retention = float(record.get("retention", RETENTION))
-    locks.tally_add(batch_key(batch_id), {"total": len(built), "pending": len(built)}, retention)
-    ids: list[str | None] = []
-    for start in range(0, len(built), 1000):
-        ids.extend(manager.send_queued(manager.default, built[start : start + 1000]))
+    if not counted:
+        _check_jobs(manager, jobs)
+        retention = float(record.get("retention", RETENTION))
+        _locks(manager).tally_add(batch_key(batch_id), {"total": len(jobs), "pending": len(jobs)}, retention)
+    ids: list[str | None] = manager._dispatch_many(jobs, queue=record.get("queue"), meta={"batch": batch_id})
     return ids
 
 
@@ -277,25 +277,80 @@ def settle(
     locks: LockStore | None, dispatcher: Dispatcher | None, queued: QueuedJob, field: str
 ) -> dict[str, int] | None:
     """Count ``queued`` (a job of a batch) as ``processed``, ``failed`` or
-    ``skipped`` and queue what its batch's counts call for."""
-    batch_id = str((queued.meta or {}).get("batch"))
+    ``skipped`` and queue what its batch's counts call for; its batch's counts."""
+    return settle_many(locks, dispatcher, [(queued, field)]).get(str((queued.meta or {}).get("batch")))
+
+
+def settle_many(
+    locks: LockStore | None, dispatcher: Dispatcher | None, finished: Sequence[tuple[QueuedJob, str]]
+) -> dict[str, dict[str, int]]:
+    """Count each finished job of a batch (``(job, field)``, field ``processed``,
+    ``failed`` or ``skipped``) in one round trip of the store, then queue what each
+    batch's counts call for; the counts by batch id. Raises when the store (or a
+    callback's queue) fails: calling it again counts nothing twice."""
+    if not finished:
+        return {}
     if locks is None:
         raise ConfigurationError("this job belongs to a batch, and its worker has no lock store to count it in")
-    record = _record(locks, batch_id)
-    if record is None:
-        return None  # the batch expired (or was never recorded): nothing to count
-    retention = float(record.get("retention", RETENTION))
-    counts, new = locks.tally_settle(batch_key(batch_id), queued.id, field, retention)
-    if field == "failed" and new:
-        if not record.get("allow_failures") and not counts.get("cancelled"):
-            counts = locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
-            BatchGuard.note(batch_id, True)
-        _callback(dispatcher, batch_id, record, "catch")
-    if counts.get("pending", 1) <= 0:
-        if counts.get("failed", 0) == 0 and counts.get("skipped", 0) == 0:
-            _callback(dispatcher, batch_id, record, "then")
-        _callback(dispatcher, batch_id, record, "finally")
-    return counts
+    records: dict[str, dict[str, Any]] = {}
+    items: list[tuple[str, str, str, float]] = []
+    for queued, field in finished:
+        batch_id = str((queued.meta or {}).get("batch"))
+        record = records[batch_id] if batch_id in records else _record(locks, batch_id)
+        if record is None:
+            continue  # the batch expired (or was never recorded): nothing to count
+        records[batch_id] = record
+        items.append((batch_key(batch_id), queued.id, field, float(record.get("retention", RETENTION))))
+    settled = locks.tally_settle_many(items) if items else []
+    counted: dict[str, dict[str, int]] = {}
+    failed: set[str] = set()
+    for (key, _, field, _), (counts, _) in zip(items, settled, strict=True):
+        batch_id = key[len("batch:") :]
+        counted[batch_id] = counts
+        if field == "failed":  # new or not: a crash may have come between its count and its catch
+            failed.add(batch_id)
+
+    def cancel(batch_id: str, retention: float) -> dict[str, int]:
+        return locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
+
+    call_back(dispatcher, records, counted, failed, cancel)
+    return counted
+
+
+def call_back(
+    dispatcher: Dispatcher | None,
+    records: dict[str, dict[str, Any]],
+    counted: dict[str, dict[str, int]],
+    failed: set[str],
+    cancel: Callable[[str, float], dict[str, int]],
+) -> None:
+    """Queue what each batch's counts (``counted``, by batch id) call for, the
+    batches of ``failed`` having just counted a failure: ``catch`` (and, without
+    ``allow_failures``, ``cancel(batch_id, retention)``, its counts after), then
+    ``then`` and ``finally`` once nothing is pending. ``counted`` is updated."""
+    for batch_id, counts in counted.items():
+        record = records[batch_id]
+        if batch_id in failed:
+            if not record.get("allow_failures") and not counts.get("cancelled"):
+                counts = counted[batch_id] = cancel(batch_id, float(record.get("retention", RETENTION)))
+                BatchGuard.note(batch_id, True)
+            _callback(dispatcher, batch_id, record, "catch")
+        if counts.get("pending", 1) <= 0:
+            if counts.get("failed", 0) == 0 and counts.get("skipped", 0) == 0:
+                _callback(dispatcher, batch_id, record, "then")
+            _callback(dispatcher, batch_id, record, "finally")
+
+
+def records_of(locks: LockStore, jobs: Sequence[QueuedJob]) -> dict[str, dict[str, Any]]:
+    """The records of these jobs' batches still kept, by batch id."""
+    records: dict[str, dict[str, Any]] = {}
+    for queued in jobs:
+        batch_id = str((queued.meta or {}).get("batch"))
+        if batch_id not in records:
+            record = _record(locks, batch_id)
+            if record is not None:
+                records[batch_id] = record
+    return records
 
 
 def _callback(dispatcher: Dispatcher | None, batch_id: str, record: dict[str, Any], which: str) -> None:
@@ -309,24 +364,11 @@ def _callback(dispatcher: Dispatcher | None, batch_id: str, record: dict[str, An
 
 
 class BatchGuard:
-    """Skips a job of a cancelled batch (counted as skipped): the middleware the
-    executor puts first for a job of a batch."""
+    """Whether a batch was cancelled, as this process last looked it up: the
+    executor skips a job of a cancelled batch before it runs (counted as skipped)."""
 
     _seen: dict[str, tuple[float, bool]] = {}
     _mutex = threading.Lock()
-
-    def __init__(self, locks: LockStore | None, dispatcher: Dispatcher | None, queued: QueuedJob) -> None:
-        self.locks = locks
-        self.dispatcher = dispatcher
-        self.queued = queued
-        self.batch_id = str((queued.meta or {}).get("batch"))
-
-    def handle(self, job: Job, context: JobContext, call_next: Callable[[], None]) -> None:
-        if self.locks is not None and self._cancelled(self.locks):
-            settle(self.locks, self.dispatcher, self.queued, "skipped")
-            context.skip(f"batch {self.batch_id} was cancelled")
-            return
-        call_next()
 
     @classmethod
     def note(cls, batch_id: str, cancelled: bool) -> None:
@@ -334,19 +376,22 @@ class BatchGuard:
         with cls._mutex:
             cls._seen[batch_id] = (_clock.monotonic(), cancelled)
 
-    def _cancelled(self, locks: LockStore) -> bool:
+    @classmethod
+    def skip_reason(cls, locks: LockStore | None, batch_id: str) -> str | None:
+        """Why a job of ``batch_id`` is skipped (its batch was cancelled), or None;
+        looked up in ``locks`` at most every :data:`CANCEL_LOOKUP` seconds."""
+        if locks is None:
+            return None
         now = _clock.monotonic()
-        with self._mutex:
-            seen = self._seen.get(self.batch_id)
-        if seen is not None and now - seen[0] < CANCEL_LOOKUP:
-            return seen[1]
-        counts = locks.tally(batch_key(self.batch_id)) or {}
-        cancelled = bool(counts.get("cancelled", 0))
-        with self._mutex:
-            if len(self._seen) > 10_000:
-                self._seen.clear()
-            self._seen[self.batch_id] = (now, cancelled)
-        return cancelled
+        seen = cls._seen.get(batch_id)  # a dict read is atomic; the writes hold the mutex
+        if seen is None or now - seen[0] >= CANCEL_LOOKUP:
+            counts = locks.tally(batch_key(batch_id)) or {}
+            seen = (now, bool(counts.get("cancelled", 0)))
+            with cls._mutex:
+                if len(cls._seen) > 10_000:
+                    cls._seen.clear()
+                cls._seen[batch_id] = seen
+        return f"batch {batch_id} was cancelled" if seen[1] else None
 
 
 def loader(manager: Any, batch_id: str) -> Callable[[], Batch | None]:

@@ -4,15 +4,22 @@
 
 Every link is built (and its payload checked) when the chain is dispatched;
 the first is queued, carrying the rest in its ``meta``. When a link succeeds,
-the worker queues the next before it acknowledges the link; when a link fails
-for good, the chain stops and its ``catch`` job is queued.
+the next is handed over; when a link fails for good, the chain stops and its
+``catch`` job is handed over.
 
-The hand-over cannot be lost: a crash before the acknowledgement runs the link
-again, and it queues the next link again. Nor doubled: each link carries the
-key ``chain:<id>:<step>`` (``meta["once"]``), and of two copies of one step
-only the first to run takes the key and runs; the other is skipped
-(:mod:`rainier_sync.once`). The same holds for ``catch``. This is the path on
-every driver, so a chain needs a lock store that every worker shares.
+On the database driver, a next link (or ``catch`` job) bound for the worker's
+own connection is stored in the transaction that acknowledges (or fails) the
+link, only if the link's row was still held: exactly once, with no guard
+(``Capabilities.hands_over``, the executor's ``_hand_over``).
+
+Elsewhere (and for a link bound for another connection, or a unique one) the
+worker queues the next link before it acknowledges the link. The hand-over
+cannot be lost: a crash before the acknowledgement runs the link again, and it
+queues the next link again. Nor doubled: each link carries the key
+``chain:<id>:<step>`` (``meta["once"]``), and of two copies of one step only
+the first to run takes the key and runs; the other is skipped
+(:mod:`rainier_sync.once`). The same holds for ``catch``. The first link is
+always guarded so, so a chain needs a lock store that every worker shares.
 """
 
 from __future__ import annotations

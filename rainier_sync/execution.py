@@ -10,11 +10,9 @@ what happens next (and runs ``failed()`` after the last attempt), and
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
@@ -25,6 +23,19 @@ from .chain import catch_job, hand_over, next_link
 from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
 from .job import Job, JobContext
 from .once import OnceGuard
+from .outcome import (
+    ABANDONED,
+    DEFERRED,
+    FAILED,
+    INTERRUPTED,
+    PROCESSED,
+    RELEASED,
+    SKIPPED,
+    Completion,
+    Outcome,
+    decided,
+)
+from .scopes import attempt_scopes
 from .types import ExceptionInfo, FailedJob, QueuedJob, encode
 
 if TYPE_CHECKING:
@@ -36,52 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rainier_sync")
 
-class Outcome(enum.Enum):
-    """What one attempt came to, and so what is done with its job."""
-
-    #: It succeeded: the job is acknowledged.
-    PROCESSED = "processed"
-    #: It failed with attempts left: the job is released for a retry after its backoff.
-    RELEASED = "released"
-    #: It failed for good (or could not run): the job goes to the failed store.
-    FAILED = "failed"
-    #: The job itself raised ``SystemExit``/``KeyboardInterrupt``: released, the try spent.
-    ABANDONED = "abandoned"
-    #: ``Worker.stop()`` cut it short: handed back without spending a try.
-    INTERRUPTED = "interrupted"
-    #: A middleware deferred it (``context.defer``): handed back, due later, without spending a try.
-    DEFERRED = "deferred"
-    #: A middleware skipped it (``context.skip``): acknowledged unrun.
-    SKIPPED = "skipped"
-
-
-PROCESSED, RELEASED, FAILED = Outcome.PROCESSED, Outcome.RELEASED, Outcome.FAILED
-ABANDONED, INTERRUPTED = Outcome.ABANDONED, Outcome.INTERRUPTED
-DEFERRED, SKIPPED = Outcome.DEFERRED, Outcome.SKIPPED
-
-
-@dataclass(slots=True)
-class Completion:
-    """The outcome of one attempt, waiting to be applied to the driver."""
-
-    job: QueuedJob
-    outcome: Outcome
-    delay: float = 0.0
-    info: ExceptionInfo | None = None
-    exception: BaseException | None = None
-    duration: float = 0.0
-    interrupted: bool = False
-    #: The attempt that failed, when not ``job.attempts`` (a lost one: the attempt before).
-    attempt: int | None = None
-    #: Why a middleware deferred or skipped it.
-    reason: str = ""
-
-
-def decided(queued: QueuedJob, decision: tuple[str, float, str], duration: float = 0.0) -> Completion:
-    """The completion of an attempt a middleware deferred or skipped."""
-    kind, delay, reason = decision
-    outcome = DEFERRED if kind == "defer" else SKIPPED
-    return Completion(queued, outcome, delay=delay, duration=duration, reason=reason)
+__all__ = ["Executor", "Outcome", "Completion", "decided", "context_for", "result_key", "check_result"]
+__all__ += ["PROCESSED", "RELEASED", "FAILED", "ABANDONED", "INTERRUPTED", "DEFERRED", "SKIPPED"]  # from .outcome
 
 
 def context_for(container: Container, queued: QueuedJob, stop_requested: threading.Event | None) -> JobContext:
@@ -123,6 +90,14 @@ class Executor:
         self.dispatcher = dispatcher
         #: Wraps every attempt and every failed() call (a Flask app context, say).
         self.attempt_context = attempt_context or _no_context
+        #: Set by a worker, whose owning loop settles the batch counts of a round of
+        #: finished jobs at once (:func:`rainier_sync.batch.settle_many`): an attempt
+        #: then only says what it has to count (:attr:`Completion.batch`).
+        self.in_rounds = False
+        #: A worker's driver when it stores jobs in the transaction that settles
+        #: another (``Capabilities.hands_over``): a chain's next link (or catch job)
+        #: bound for it is stored so (:attr:`Completion.follow`), not queued beforehand.
+        self.hands_over: Any = None
 
     # -- running -------------------------------------------------------------
     def build(self, queued: QueuedJob) -> Job:
@@ -175,10 +150,12 @@ class Executor:
         interrupted = False
         returned: list[Any] = []
         try:
-            with self.attempt_context(queued):
+            with self.attempt_context(queued), attempt_scopes(queued):
                 job = self.build(queued)
                 chain = self.chain(queued, job)
-                if chain:
+                if self.skipped_batch(queued, context):
+                    pass
+                elif chain:
                     built = job
                     self.through(chain, job, context, lambda: returned.append(built.handle(context)))
                 else:
@@ -195,7 +172,7 @@ class Executor:
         if interrupted and queued.attempts < queued.max_attempts:
             return Completion(queued, ABANDONED, exception=error, interrupted=True, duration=duration)
         if error is None and context.decision is not None:
-            return decided(queued, context.decision, duration)
+            return self.decided(queued, context.decision, duration)
         # An interrupted last attempt fails like any other: releasing it would run it past TRIES, forever.
         completion = self.conclude(queued, job, error, context, duration, value=returned[0] if returned else None)
         completion.interrupted = interrupted
@@ -207,12 +184,20 @@ class Executor:
         that must run once (a schedule's tick, a chain's link)."""
         chain = list(job.middleware())
         meta = queued.meta
-        if meta:
-            if "batch" in meta:
-                chain.insert(0, BatchGuard(self.locks, self.dispatcher, queued))
-            if "once" in meta or "tick" in meta:
-                chain.insert(0, OnceGuard(self.locks, meta))
+        if meta and ("once" in meta or "tick" in meta):
+            chain.insert(0, OnceGuard(self.locks, meta))
         return chain
+
+    def skipped_batch(self, queued: QueuedJob, context: JobContext) -> bool:
+        """Skip a job of a cancelled batch before anything of it runs; True when skipped."""
+        meta = queued.meta
+        if not meta or "batch" not in meta:
+            return False
+        reason = BatchGuard.skip_reason(self.locks, str(meta["batch"]))
+        if reason is None:
+            return False
+        context.skip(reason)
+        return True
 
     def through(self, chain: list[Any], job: Job, context: JobContext, last: Callable[[], None]) -> None:
         """Run ``last`` (the attempt itself) inside ``chain``, outermost first. A
@@ -259,14 +244,15 @@ class Executor:
             if job is not None and job.KEEP_RESULT is not None:
                 self.keep_result(queued, job.KEEP_RESULT, {"status": "processed", "value": value})
             meta = queued.meta
+            completion = Completion(queued, PROCESSED, duration=duration)
             if not meta or ("chain" not in meta and "batch" not in meta):
-                return Completion(queued, PROCESSED, duration=duration)
+                return completion
             try:  # before the acknowledgement: a crash here runs the job, and this, again
                 if "batch" in meta:
-                    settle_in_batch(self.locks, self.dispatcher, queued, "processed")
+                    self._count_in_batch(completion, "processed")
                 if "chain" in meta:
-                    hand_over(self.dispatcher, next_link(queued))
-                return Completion(queued, PROCESSED, duration=duration)
+                    completion.follow = self._hand_over(next_link(queued))
+                return completion
             except Exception as exc:  # noqa: BLE001 - its batch or chain could not be told: try the job again
                 log.warning("job %s (%s): could not settle its batch or chain: %s", queued.id, queued.name, exc)
                 error = exc
@@ -284,24 +270,63 @@ class Executor:
             return Completion(queued, RELEASED, delay=delay, info=info, exception=error, duration=duration)
         if job is not None:
             try:
-                with self.attempt_context(queued):
+                with self.attempt_context(queued), attempt_scopes(queued):
                     job.failed(context or self.context(queued), error if error is not None else Exception(info.error))
             except Exception:  # noqa: BLE001 - failing to handle a failure never kills the worker
                 log.exception("%s.failed() raised; ignored", type(job).__qualname__)
         keep = job.KEEP_RESULT if job is not None else getattr(self.registry.find(queued.name), "KEEP_RESULT", None)
         if keep is not None:
             self.keep_result(queued, keep, {"status": "failed", "error": info.error})
+        completion = Completion(queued, FAILED, info=info, exception=error, duration=duration)
         if queued.meta and "batch" in queued.meta:
             try:
-                settle_in_batch(self.locks, self.dispatcher, queued, "failed")
+                self._count_in_batch(completion, "failed")
             except Exception:  # noqa: BLE001 - the job is failed whatever its batch's count says
                 log.exception("job %s (%s): could not count its failure in its batch", queued.id, queued.name)
         if queued.meta and "chain" in queued.meta:
             try:
-                hand_over(self.dispatcher, catch_job(queued))
+                completion.follow = self._hand_over(catch_job(queued))
             except Exception:  # noqa: BLE001 - the link is failed whatever happens to its catch
                 log.exception("job %s (%s): could not queue the chain's catch job", queued.id, queued.name)
-        return Completion(queued, FAILED, info=info, exception=error, duration=duration)
+        return completion
+
+    def decided(self, queued: QueuedJob, decision: tuple[str, float, str], duration: float = 0.0) -> Completion:
+        """The completion of an attempt a middleware deferred or skipped; a skipped
+        job of a batch (its batch cancelled, say) counts as skipped."""
+        completion = decided(queued, decision, duration)
+        if completion.outcome is SKIPPED and queued.meta and "batch" in queued.meta:
+            try:
+                self._count_in_batch(completion, "skipped")
+            except Exception:  # noqa: BLE001 - skipped whatever its batch's count says
+                log.exception("job %s (%s): could not count its skip in its batch", queued.id, queued.name)
+        return completion
+
+    def _count_in_batch(self, completion: Completion, field: str) -> None:
+        """Count a finished job of a batch now, or leave it to the worker's round."""
+        if self.in_rounds:
+            completion.batch = field
+        else:
+            settle_in_batch(self.locks, self.dispatcher, completion.job, field)
+
+    def _hand_over(self, found: tuple[str | None, QueuedJob] | None) -> list[QueuedJob] | None:
+        """Queue what a chain's link hands over, or return it to store in the
+        transaction that settles the link (when that link's worker's driver
+        ``hands_over`` and the job is bound for that very driver)."""
+        if found is None:
+            return None
+        connection, job = found
+        stage = getattr(self.dispatcher, "stage_queued", None)
+        if self.hands_over is None or stage is None or job.unique_key is not None:
+            hand_over(self.dispatcher, found)
+            return None
+        assert self.dispatcher is not None
+        if self.dispatcher.connection(connection) is not self.hands_over:
+            hand_over(self.dispatcher, found)
+            return None
+        # Stored once, by the transaction that settles the link: no copy to guard against.
+        job.meta = {k: v for k, v in (job.meta or {}).items() if k not in ("once", "hold")}
+        stage(connection, [job])
+        return [job]
 
     def keep_result(self, queued: QueuedJob, seconds: float, record: dict[str, Any]) -> None:
         """Keep a finished job's result in the lock store (``KEEP_RESULT``)."""
@@ -345,7 +370,10 @@ class Executor:
     def apply(self, driver: Consumer, completion: Completion) -> None:
         """Perform one completion on the driver, then announce it."""
         if completion.outcome is PROCESSED:
-            driver.acknowledge(completion.job)
+            if completion.follow:
+                driver.acknowledge_handing_over(completion.job, completion.follow)
+            else:
+                driver.acknowledge(completion.job)
         elif completion.outcome is INTERRUPTED:
             if driver.capabilities.give_back:
                 driver.give_back([completion.job])
@@ -362,7 +390,10 @@ class Executor:
             driver.release(completion.job, completion.delay)
         else:
             assert completion.info is not None
-            driver.fail(completion.job, completion.info)
+            if completion.follow:
+                driver.fail_handing_over(completion.job, completion.info, completion.follow)
+            else:
+                driver.fail(completion.job, completion.info)
         self.announce(completion)
 
     def announce(self, completion: Completion) -> None:

@@ -8,12 +8,18 @@ A worker whose manager has a lock store keeps a JSON record under
 a listing lowers the flags whose records lapsed. Its finished attempts are
 counted in memory and added, with each refresh, to the tally
 ``throughput:<connection>:<minute>`` (fields ``<queue>|<outcome>``), kept
-:data:`THROUGHPUT_KEEP` seconds: one write per refresh, never one per job.
+:data:`THROUGHPUT_KEEP` seconds: one write per refresh, never one per job. The
+same tally holds a histogram of the minute's wait times (dispatch, or the due
+time of a delayed job, to the start of its first attempt): fields
+``<queue>|wait<=<bound>``, one per bucket of :data:`WAIT_BUCKETS` that counted
+something, so percentiles of the whole fleet can be read back.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import os
 import secrets
 import socket
@@ -39,6 +45,9 @@ __all__ = [
     "RECORD_TTL",
     "THROUGHPUT_KEEP",
     "RUNNING_SHOWN",
+    "WAIT_BUCKETS",
+    "wait_percentile",
+    "merge_buckets",
 ]
 
 #: Seconds between a worker's refreshes of its record (and flushes of its counts).
@@ -52,6 +61,13 @@ THROUGHPUT_KEEP = 2 * 3600.0
 RUNNING_SHOWN = 50
 #: The outcomes a minute's counts name, in the order pages show them.
 OUTCOMES = ("processed", "failed", "released", "deferred", "skipped", "interrupted", "abandoned")
+#: Upper bounds (seconds) of the wait-time buckets counted per minute, the last
+#: one infinite: from a fleet that keeps up to a backlog of hours.
+WAIT_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, math.inf,
+)  # fmt: skip
+_WAIT_PREFIX = "wait<="
+_WAIT_FIELDS = tuple(f"{_WAIT_PREFIX}{bound:g}" for bound in WAIT_BUCKETS)
 
 
 def worker_key(worker_id: str) -> str:
@@ -141,6 +157,9 @@ class MinuteCounts:
     minute: int
     #: Attempts by queue and outcome (``processed``, ``failed``, ``released``, ``deferred``...).
     by_queue: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: First attempts that started, by queue and wait-time bucket (its upper bound
+    #: in seconds, :data:`WAIT_BUCKETS`): how many waited that long at most.
+    waits: dict[str, dict[float, int]] = field(default_factory=dict)
 
     def total(self, outcome: str) -> int:
         """Attempts of every queue that came to ``outcome``."""
@@ -162,12 +181,80 @@ class MinuteCounts:
     def deferred(self) -> int:
         return self.total("deferred")
 
+    def wait_buckets(self, queue: str | None = None) -> dict[float, int]:
+        """The wait-time histogram of ``queue`` (every queue when None)."""
+        if queue is not None:
+            return dict(self.waits.get(queue, {}))
+        return merge_buckets(self.waits.values())
+
+
+def merge_buckets(histograms: Iterable[dict[float, int]]) -> dict[float, int]:
+    """Wait-time histograms summed bucket by bucket."""
+    total: dict[float, int] = {}
+    for histogram in histograms:
+        for bound, n in histogram.items():
+            total[bound] = total.get(bound, 0) + n
+    return total
+
+
+def wait_percentile(buckets: dict[float, int], q: float) -> float | None:
+    """The ``q`` quantile (0 < q <= 1) of a wait-time histogram, interpolated
+    within its bucket as Prometheus does; None when it counted nothing. In the
+    last, unbounded bucket it is that bucket's lower bound (the wait was longer)."""
+    if not 0 < q <= 1:
+        raise ValueError(f"a quantile is between 0 and 1, got {q!r}")
+    total = sum(buckets.values())
+    if total <= 0:
+        return None
+    rank = q * total
+    seen, previous = 0, 0.0
+    for bound in sorted(buckets):
+        n = buckets[bound]
+        # A histogram holds only the buckets that counted something: the one below is the standard one.
+        below = bisect.bisect_left(WAIT_BUCKETS, bound)
+        lower = max(previous, WAIT_BUCKETS[below - 1] if below > 0 else 0.0)
+        if n > 0 and seen + n >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * (rank - seen) / n
+        seen += n
+        previous = bound
+    return previous
+
 
 def _version() -> str:
     try:
         return metadata.version("rainier_sync")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+class _Pending:
+    """One minute's counts not yet written: attempts by queue and outcome, and
+    first attempts' waits by queue, one count per bucket of :data:`WAIT_BUCKETS`."""
+
+    __slots__ = ("counts", "waits")
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, Outcome], int] = {}
+        self.waits: dict[str, list[int]] = {}
+
+    def fields(self) -> dict[str, int]:
+        """The tally's fields: ``<queue>|<outcome>`` and ``<queue>|wait<=<bound>`` (buckets that counted something)."""
+        found = {f"{queue}|{outcome.value}": n for (queue, outcome), n in self.counts.items()}
+        for queue, histogram in self.waits.items():
+            for index, n in enumerate(histogram):
+                if n:
+                    found[f"{queue}|{_WAIT_FIELDS[index]}"] = n
+        return found
+
+    def add(self, other: _Pending) -> None:
+        for key, n in other.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        for queue, histogram in other.waits.items():
+            held = self.waits.setdefault(queue, [0] * len(WAIT_BUCKETS))
+            for index, n in enumerate(histogram):
+                held[index] += n
 
 
 class FleetRecorder:
@@ -203,18 +290,33 @@ class FleetRecorder:
         }
         #: When the next refresh is due (the owning loop's monotonic clock).
         self.next_at = 0.0
-        #: Counts not yet written: by minute, then by queue and outcome.
-        self._counts: dict[int, dict[tuple[str, Outcome], int]] = {}
+        #: Counts not yet written, by minute.
+        self._counts: dict[int, _Pending] = {}
 
     def count(self, completions: Sequence[Completion]) -> None:
-        """Count settled attempts under the current minute (written at the next refresh)."""
-        minute = int(_clock.now() // 60) * 60
-        counts = self._counts.get(minute)
-        if counts is None:
-            counts = self._counts[minute] = {}
-        for completion in completions:
-            key = (completion.job.queue, completion.outcome)
+        """Count settled attempts under the current minute, and the wait of each
+        first attempt that started (written at the next refresh)."""
+        now = _clock.now()
+        minute = int(now // 60) * 60
+        pending = self._counts.get(minute)
+        if pending is None:
+            pending = self._counts[minute] = _Pending()
+        counts, waits = pending.counts, pending.waits
+        # An attempt's start is on the monotonic clock (Completion.started): this makes it seconds since the epoch.
+        offset = now - _clock.monotonic()
+        locate, buckets, size = bisect.bisect_left, WAIT_BUCKETS, len(WAIT_BUCKETS)
+        for completion in completions:  # every settled attempt passes here: kept short
+            job = completion.job
+            queue = job.queue
+            key = (queue, completion.outcome)
             counts[key] = counts.get(key, 0) + 1
+            if job.attempts == 1 and completion.started:
+                since = job.available_at  # the due time: the dispatch, or later for a delayed job
+                if since < job.dispatched_at:
+                    since = job.dispatched_at
+                if since > 0:
+                    histogram = waits.get(queue) or waits.setdefault(queue, [0] * size)
+                    histogram[locate(buckets, completion.started + offset - since)] += 1
 
     def refresh(self, now: float) -> None:
         """Write the record and the counts; the next refresh falls due :data:`RECORD_EVERY` seconds after ``now``."""
@@ -235,18 +337,12 @@ class FleetRecorder:
         oldest = _clock.now() - THROUGHPUT_KEEP
         for minute in sorted(pending):
             try:
-                fields = {f"{queue}|{outcome.value}": n for (queue, outcome), n in pending[minute].items()}
-                self.locks.tally_add(throughput_key(self.connection, minute), fields, THROUGHPUT_KEEP)
+                self.locks.tally_add(throughput_key(self.connection, minute), pending[minute].fields(), THROUGHPUT_KEEP)
             except Exception as exc:  # noqa: BLE001 - reported; kept for the next refresh
                 self._report("count_throughput", exc)
                 for later in (m for m in pending if m >= minute and m > oldest):
-                    self._merge(later, pending[later])
+                    self._counts.setdefault(later, _Pending()).add(pending[later])
                 return
-
-    def _merge(self, minute: int, counts: dict[tuple[str, Outcome], int]) -> None:
-        held = self._counts.setdefault(minute, {})
-        for name, n in counts.items():
-            held[name] = held.get(name, 0) + n
 
     def leave(self) -> None:
         """At a clean exit: write the last counts and remove the record."""
@@ -306,10 +402,19 @@ def read_throughput(locks: LockStore, connections: Iterable[str], minutes: int =
     rows: list[MinuteCounts] = []
     for minute in range(last - 60 * (max(1, minutes) - 1), last + 60, 60):
         by_queue: dict[str, dict[str, int]] = {}
+        waits: dict[str, dict[float, int]] = {}
         for connection in names:
             for name, n in (locks.tally(throughput_key(connection, minute)) or {}).items():
                 queue, _, outcome = name.rpartition("|")
+                if outcome.startswith(_WAIT_PREFIX):
+                    try:
+                        bound = float(outcome[len(_WAIT_PREFIX) :])
+                    except ValueError:
+                        continue  # not a bucket this version writes
+                    histogram = waits.setdefault(queue, {})
+                    histogram[bound] = histogram.get(bound, 0) + n
+                    continue
                 held = by_queue.setdefault(queue, {})
                 held[outcome] = held.get(outcome, 0) + n
-        rows.append(MinuteCounts(minute, by_queue))
+        rows.append(MinuteCounts(minute, by_queue, waits))
     return rows

@@ -194,18 +194,25 @@ class QueueManager(Coordination, OnlyAFakeRecords):
     def dispatch_many(self, jobs: Iterable[Job]) -> list[str | None]:
         """Queue several jobs on the default connection, one round trip per
         batch where the backend allows; ids in order (None for dropped duplicates)."""
+        return self._dispatch_many(list(jobs))
+
+    def _dispatch_many(
+        self, jobs: list[Job], *, queue: str | None = None, meta: dict[str, Any] | None = None
+    ) -> list[str | None]:
+        """:meth:`dispatch_many`, on ``queue`` (else each job's ``QUEUE``), each job
+        carrying a copy of ``meta`` (a batch's jobs, its id)."""
         name = self.default
-        jobs = list(jobs)
         driver = self.connection(name)
-        # Unique jobs take their locks before anything is stored: the lock store may
-        # share the very connection a stream is writing on.
+        # Unique jobs take their locks, and jobs that keep results their pending marks,
+        # before anything is stored: the lock store may share the very connection a
+        # stream is writing on.
         if (
             driver.capabilities.streaming_push
             and self._router is None
-            and not any(type(job).unique_id is not Job.unique_id for job in jobs)
+            and not any(type(job).unique_id is not Job.unique_id or type(job).KEEP_RESULT is not None for job in jobs)
         ):
-            return self._stream(name, jobs, driver.push_stream)
-        return self._send(name, self._build_many(jobs, name))
+            return self._stream(name, jobs, driver.push_stream, queue, meta)
+        return self._send(name, self._build_many(jobs, name, queue, meta))
 
     def dispatch_now(self, job: Job) -> str:
         """Run ``job`` now, in this thread, with its retries (no backoff sleep);
@@ -256,6 +263,17 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         unique locks taken here, ids as ``dispatch_many`` gives them."""
         return self._send(connection, jobs, within=within)
 
+    def stage_queued(self, connection: str | None, jobs: list[QueuedJob]) -> None:
+        """What a dispatch does before its driver stores jobs, for jobs a driver
+        stores in a transaction of its own (a chain's next link, inserted as its
+        worker acknowledges the link before it): the ``job_dispatching`` signal,
+        the pending marks of jobs that keep results. Not for unique jobs, whose
+        locks only :meth:`send_queued` takes."""
+        if signals.job_dispatching.receivers:
+            signals.emit(signals.job_dispatching, self, jobs=jobs, connection=connection or self.default)
+        if self.registry.keeping_results() and self._keeps(jobs):
+            self._mark_pending(jobs)
+
     def route_sends(self, router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None) -> None:
         """Hand every dispatch of this manager to ``router(connection, jobs)``
         instead of its drivers (None: stop). A timeout child routes its jobs'
@@ -277,16 +295,26 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         """The QueuedJob a dispatch would store (payload checked, nothing sent)."""
         return self._build(job, _clock.now(), new_id(), queue, delay, tries, priority, connection)
 
-    def _build_many(self, jobs: Iterable[Job], connection: str | None) -> list[QueuedJob]:
+    def _build_many(
+        self,
+        jobs: Iterable[Job],
+        connection: str | None,
+        queue: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> list[QueuedJob]:
         """:meth:`build` for a batch: one clock reading, ids drawn together."""
         jobs = list(jobs)
         now = _clock.now()
         hex_ids = os.urandom(16 * len(jobs)).hex()
         build = self._build
-        return [
-            build(job, now, hex_ids[32 * index : 32 * index + 32], None, 0.0, None, None, connection)
+        built = [
+            build(job, now, hex_ids[32 * index : 32 * index + 32], queue, 0.0, None, None, connection)
             for index, job in enumerate(jobs)
         ]
+        if meta:
+            for queued in built:
+                queued.meta = dict(meta)
+        return built
 
     def _build(
         self,
@@ -337,15 +365,23 @@ class QueueManager(Coordination, OnlyAFakeRecords):
             raise
         return ids
 
-    def _stream(self, name: str | None, jobs: Iterable[Job], push_stream: Callable[[Any], None]) -> list[str | None]:
-        """``dispatch_many`` of jobs none of which is unique, for a driver that stores
-        a batch as it is built (``push_stream``): one slice while the next is built."""
+    def _stream(
+        self,
+        name: str | None,
+        jobs: Iterable[Job],
+        push_stream: Callable[[Any], None],
+        queue: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> list[str | None]:
+        """``dispatch_many`` of jobs none of which is unique or keeps a result, for a
+        driver that stores a batch as it is built (``push_stream``): one slice while
+        the next is built."""
         ids: list[str | None] = []
         pending = iter(jobs)
 
         def slices() -> Iterator[list[QueuedJob]]:
             while chunk := list(itertools.islice(pending, _SLICE)):
-                built = self._build_many(chunk, name)
+                built = self._build_many(chunk, name, queue, meta)
                 if signals.job_dispatching.receivers:
                     signals.emit(signals.job_dispatching, self, jobs=built, connection=name or self.default)
                 ids.extend(job.id for job in built)

@@ -19,6 +19,7 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from ._allowance import allowance
 from ._checks import check_number
 from .errors import ConfigurationError
 
@@ -69,7 +70,8 @@ class StoreBacked:
 class RateLimited(StoreBacked):
     """At most ``limit`` attempts start within any ``per`` seconds, across every
     worker that shares the lock store; the rest are deferred until the window
-    has room (with a little jitter, so they do not all come back at once)."""
+    has room, each into a room of its own. A worker takes starts from the store
+    several at a time when its threads need them (see :mod:`rainier_sync._allowance`)."""
 
     def __init__(self, name: str, limit: int, per: float) -> None:
         if not isinstance(name, str) or not name:
@@ -80,14 +82,14 @@ class RateLimited(StoreBacked):
 
     def handle(self, job: Job, context: JobContext, call_next: Callable[[], None]) -> None:
         try:
-            wait = self._locks().take(f"rate:{self.name}", self.limit, self.per)
+            wait = allowance(self._locks(), f"rate:{self.name}", self.limit, self.per).acquire()
         except ConfigurationError:
             raise
         except Exception as exc:  # noqa: BLE001 - deferred, never run past the limit
             self._store_failed(context, "rate limit", exc)
             return
         if wait > 0:
-            context.defer(wait * random.uniform(1.0, 1.1), f"rate limit {self.name!r}: {self.limit} per {self.per:g}s")
+            context.defer(wait, f"rate limit {self.name!r}: {self.limit} per {self.per:g}s")
             return
         call_next()
 

@@ -11,18 +11,26 @@ child of whatever span is current where it is dispatched; its context is
 injected into ``job.meta["trace"]`` and travels with the job. Each attempt
 gets a ``rainier_sync process <name>`` CONSUMER span, a child of that context,
 started on ``job_processing`` and ended when the attempt is settled, with the
-outcome as an attribute and an ERROR status when the attempt failed.
+outcome as an attribute and an ERROR status when the attempt failed. The
+attempt's span is the current span while ``handle`` (and ``failed()``) runs, in
+the thread that runs it: spans the job starts are its children. A job with a
+time limit runs in a timeout child, which gets the span's context in
+``job.meta["trace_attempt"]``; install tracing before the worker starts, so the
+child (forked from the worker) has it too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import __version__, signals
 from .errors import DriverUnavailableError
+from .scopes import add_attempt_scope, remove_attempt_scope
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -33,10 +41,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 if TYPE_CHECKING:
     from .types import ExceptionInfo, QueuedJob
 
-__all__ = ["Tracing", "install_tracing", "META_KEY"]
+__all__ = ["Tracing", "install_tracing", "META_KEY", "ATTEMPT_META_KEY"]
 
 #: The key of ``QueuedJob.meta`` that carries the dispatch span's context.
 META_KEY = "trace"
+#: The key that carries the running attempt's span context (to a timeout child).
+ATTEMPT_META_KEY = "trace_attempt"
 
 _SYSTEM = "rainier_sync"
 
@@ -70,6 +80,7 @@ class Tracing:
         if not self._installed:
             for signal, receiver in self._receivers():
                 signal.connect(receiver, weak=False)
+            add_attempt_scope(self.current)
             self._installed = True
         return self
 
@@ -79,6 +90,7 @@ class Tracing:
             return
         for signal, receiver in self._receivers():
             signal.disconnect(receiver)
+        remove_attempt_scope(self.current)
         self._installed = False
         with self._lock:
             spans, self._spans = self._spans, {}
@@ -118,6 +130,24 @@ class Tracing:
             if old is not None:
                 old.set_attribute("rainier_sync.outcome", "abandoned")
                 old.end()
+        own: dict[str, str] = {}
+        propagate.inject(own, context=trace.set_span_in_context(span))
+        if own:
+            # For a timeout child, which has no span of its own; a new dict: copies of a job share their meta.
+            job.meta = {**(job.meta or {}), ATTEMPT_META_KEY: own}
+
+    def current(self, job: QueuedJob) -> contextlib.AbstractContextManager[None]:
+        """Make ``job``'s attempt span current (an attempt scope, entered in the
+        thread that runs ``handle``): the span itself here, its context carried
+        in the job's meta in a timeout child."""
+        # Not under the lock: a timeout child is forked from a process where another thread may hold it.
+        span = self._spans.get((job.id, job.attempts))
+        if span is not None:
+            return _attached(trace.set_span_in_context(span))
+        carrier = (job.meta or {}).get(ATTEMPT_META_KEY)
+        if not isinstance(carrier, dict):
+            return contextlib.nullcontext()
+        return _attached(propagate.extract(carrier))
 
     def _settled(self, job: QueuedJob, outcome: str, info: ExceptionInfo | None = None, **attributes: Any) -> None:
         with self._lock:
@@ -157,6 +187,15 @@ class Tracing:
 
     def _on_interrupted(self, sender: Any, job: QueuedJob, **extra: Any) -> None:
         self._settled(job, "interrupted")
+
+
+@contextlib.contextmanager
+def _attached(context: otel_context.Context) -> Iterator[None]:
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def install_tracing(tracer_provider: TracerProvider | None = None) -> Tracing:

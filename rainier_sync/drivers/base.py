@@ -8,7 +8,6 @@ operations that a worker's owning loop opens as a :class:`ConsumerSession`
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
@@ -18,6 +17,7 @@ from ..errors import (
 )
 from ..types import ExceptionInfo, FailedJob, JobState, ListedJob, QueueCounts, QueuedJob
 from .paging import Page
+from .promises import Promises, QueueDriver
 from .waker import Waker
 
 if TYPE_CHECKING:
@@ -40,70 +40,6 @@ __all__ = [
     "BaseQueue",
     "Waker",
 ]
-
-
-class QueueDriver(enum.Enum):
-    """The six drivers, and what each can promise."""
-
-    SYNC = "sync"
-    MEMORY = "memory"
-    DATABASE = "database"
-    REDIS = "redis"
-    SQS = "sqs"
-    KAFKA = "kafka"
-
-    def is_deferred(self) -> bool:
-        """False only for ``sync``, which runs the job inside ``dispatch``."""
-        return self is not QueueDriver.SYNC
-
-    def needs_a_worker(self) -> bool:
-        """True when nothing runs unless a ``queue:work`` process is running."""
-        return self.is_deferred()
-
-    def survives_a_restart(self) -> bool:
-        """True when queued jobs outlive the process that queued them."""
-        return self not in (QueueDriver.SYNC, QueueDriver.MEMORY)
-
-    def may_lose_an_accepted_job(self) -> bool:
-        """True for ``redis`` only: a dispatch that returned can still vanish
-        (snapshot persistence, asynchronous replication, eviction)."""
-        return self is QueueDriver.REDIS
-
-    @classmethod
-    def parse(cls, value: str) -> QueueDriver:
-        try:
-            return cls(value.strip().lower())
-        except ValueError:
-            names = ", ".join(d.value for d in cls)
-            raise ValueError(f"unknown queue driver {value!r}; expected one of: {names}") from None
-
-
-@dataclass(frozen=True)
-class Promises:
-    """What a driver promises about the jobs it accepts, declared by each driver
-    (a driver outside the six declares its own): read by the worker, the
-    command line and the dashboard instead of asking which driver it is."""
-
-    #: False only for a driver that runs the job inside ``dispatch`` (``sync``).
-    deferred: bool = True
-    #: Queued jobs outlive the process that queued them.
-    survives_a_restart: bool = True
-    #: A dispatch that returned can still vanish (Redis: snapshots, asynchronous replication, eviction).
-    may_lose_an_accepted_job: bool = False
-
-    @property
-    def needs_a_worker(self) -> bool:
-        """Nothing runs unless a ``queue:work`` process is running."""
-        return self.deferred
-
-    @classmethod
-    def of(cls, driver: QueueDriver) -> Promises:
-        """What one of the six drivers promises, as :class:`QueueDriver` answers."""
-        return cls(
-            deferred=driver.is_deferred(),
-            survives_a_restart=driver.survives_a_restart(),
-            may_lose_an_accepted_job=driver.may_lose_an_accepted_job(),
-        )
 
 
 class Binding(Protocol):
@@ -145,10 +81,20 @@ class Capabilities:
     migrations: bool = False
     #: :meth:`Inspector.list_jobs` and :meth:`Inspector.find_job` read the jobs stored, not only their counts.
     listing: bool = False
+    #: :meth:`Consumer.acknowledge_handing_over` and :meth:`Consumer.fail_handing_over` store jobs
+    #: in the transaction that settles another (a chain's next link, its catch job).
+    hands_over: bool = False
 
 
 def _refuse(driver: Any, capability: str, what: str) -> CapabilityError:
     return CapabilityError(f"{type(driver).__name__} ({driver.describe()}) cannot {what} (capability {capability!r})")
+
+
+def _cannot_count(driver: Any) -> CapabilityError:
+    return CapabilityError(
+        f"{type(driver).__name__} cannot count the jobs of batches with their acknowledgements "
+        "(counts_batches_of says so first)"
+    )
 
 
 class Producer(ABC):
@@ -261,6 +207,47 @@ class Consumer(ABC):
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         """Move a reserved job to the failed store."""
 
+    def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:
+        """Acknowledge ``job`` and store ``follow`` in the same transaction, only
+        if ``job`` was still held by this reservation: both happen or neither
+        (``Capabilities.hands_over``). Sent again after a failure, it stores nothing twice."""
+        raise _refuse(self, "hands_over", "store jobs in the transaction that acknowledges one")
+
+    def fail_handing_over(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
+        """:meth:`fail` ``job`` and store ``follow`` in the same transaction, only if
+        ``job`` was still held (``Capabilities.hands_over``)."""
+        raise _refuse(self, "hands_over", "store jobs in the transaction that fails one")
+
+    def counts_batches_of(self, store: Any) -> bool:
+        """Whether ``store`` (a lock store) keeps its batches' tallies in this
+        driver's own backend, so that :meth:`acknowledge_counting` and
+        :meth:`settle_counting` count the jobs of batches in the transactions
+        that settle them. The default: no (the worker counts them in the store)."""
+        return False
+
+    def acknowledge_counting(
+        self,
+        done: Sequence[QueuedJob],
+        counts: Sequence[tuple[QueuedJob, str, str, float]],
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[list[QueuedJob], list[QueuedJob]]:
+        """:meth:`acknowledge_and_reserve` of ``done``, counting the jobs of
+        ``counts`` (``(job, tally key, field, ttl)``, each also in ``done``) in
+        their tallies with their acknowledgement. Returns the jobs claimed and
+        the jobs of ``counts`` left unacknowledged and uncounted, for
+        :meth:`settle_counting` (those whose batch the round could finish)."""
+        raise _cannot_count(self)
+
+    def settle_counting(self, settled: Sequence[tuple[Any, ExceptionInfo | None]], after: Any) -> None:
+        """In one transaction: acknowledge each ``(count item, None)`` job, or fail
+        each ``(count item, error)`` one, count those this reservation still held,
+        and call ``after(counts by tally key, keys that counted a failure, cancel)``
+        before the commit (see :mod:`rainier_sync.drivers.database.counting`)."""
+        raise _cannot_count(self)
+
     @abstractmethod
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Renew the reservations of running jobs for ``seconds`` (default: the
@@ -322,6 +309,29 @@ class SharedSession(ConsumerSession):
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         return self.driver.fail(job, error)
+
+    def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:
+        self.driver.acknowledge_handing_over(job, follow)
+
+    def counts_batches_of(self, store: Any) -> bool:
+        return self.driver.counts_batches_of(store)
+
+    def acknowledge_counting(
+        self,
+        done: Sequence[QueuedJob],
+        counts: Sequence[tuple[QueuedJob, str, str, float]],
+        queues: Sequence[str],
+        limit: int,
+    ) -> tuple[list[QueuedJob], list[QueuedJob]]:
+        return self.driver.acknowledge_counting(done, counts, queues, limit)
+
+    def settle_counting(self, settled: Sequence[tuple[Any, ExceptionInfo | None]], after: Any) -> None:
+        self.driver.settle_counting(settled, after)
+
+    def fail_handing_over(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
+        return self.driver.fail_handing_over(job, error, follow)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         self.driver.extend(jobs, seconds)

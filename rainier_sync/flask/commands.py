@@ -78,6 +78,7 @@ def _command(name: str, help: str) -> None:
 
 for _name, _help in (
     ("work", "Run jobs, each inside a fresh app context, until stopped (SIGTERM/SIGINT stop it gracefully)."),
+    ("health", "A liveness probe: exit 0 while a worker's --health-file is fresh, 1 when it is older or missing."),
     ("failed", "List failed jobs, newest first; with an ID, show that one in full."),
     ("retry", "Queue a failed job (ID) or all of them (all) again."),
     ("forget", "Delete a failed job."),

@@ -36,12 +36,14 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 from werkzeug.routing import BaseConverter, ValidationError
 
 from ..errors import UniqueLockHeldError
+from ..types import JOB_STATES
+from .browse import PAGE_SIZE, browse_view, job_view
+from .charts import FLEET_SEGMENTS, WAIT_LINES, build_chart, duration
 from .views import (
     ERROR_PREVIEW,
     FAILED_LIST,
     FAILED_SCAN,
     FLEET_MINUTES,
-    FLEET_SEGMENTS,
     _age,
     _batch_failures,
     _clip,
@@ -50,7 +52,6 @@ from .views import (
     _payload_text,
     _schedule_view,
     _when,
-    build_chart,
     queue_names,
 )
 
@@ -222,14 +223,52 @@ def index() -> str:
 def workers() -> str:
     from . import get_state
 
+    manager = get_state().manager
     return render_template(
         "rainier_sync/workers.html",
-        fleet=_fleet_view(get_state().manager),
+        fleet=_fleet_view(manager),
+        connections=manager.connections,
         minutes=FLEET_MINUTES,
         segments=FLEET_SEGMENTS,
+        wait_lines=WAIT_LINES,
         when=_when,
         age=_age,
+        duration=duration,
     )
+
+
+@blueprint.route("/<rainier_sync_segment:connection>/queues/<rainier_sync_segment:queue>", methods=["GET"])
+def browse(connection: str, queue: str) -> str:
+    from . import get_state
+
+    driver = _driver(connection)
+    state = request.args.get("state", "ready")
+    if state not in JOB_STATES:
+        abort(400, description=f"state must be one of {', '.join(JOB_STATES)}, not {state!r}.")
+    name = request.args.get("name", "").strip()
+    page = request.args.get("page", 1, type=int) or 1
+    view = browse_view(get_state().manager, connection, driver, queue, state, name, page)
+    return render_template(
+        "rainier_sync/browse.html", view=view, page_size=PAGE_SIZE, when=_when, age=_age, payload_text=_payload_text
+    )
+
+
+@blueprint.route("/<rainier_sync_segment:connection>/jobs/<rainier_sync_segment:job_id>", methods=["GET"])
+def job(connection: str, job_id: str) -> tuple[str, int]:
+    from . import get_state
+
+    driver = _driver(connection)
+    view = job_view(get_state().manager, connection, driver, job_id)
+    found = view.row is not None or view.error is not None
+    body = render_template(
+        "rainier_sync/job.html",
+        view=view,
+        when=_when,
+        age=_age,
+        payload=_payload_text(view.row.listed.job.payload, indent=2) if view.row is not None else "",
+        meta=_payload_text(view.row.listed.job.meta, indent=2) if view.row and view.row.listed.job.meta else "",
+    )
+    return body, 200 if found else 404
 
 
 @blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>", methods=["GET"])

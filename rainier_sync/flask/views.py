@@ -10,13 +10,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..fleet import merge_buckets, wait_percentile
 from ..types import FailedJob, QueueCounts
+from .charts import Chart, WaitChart, build_fleet_chart, build_wait_chart
 
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
-    from ..fleet import MinuteCounts, WorkerInfo
+    from ..fleet import WorkerInfo
     from ..manager import QueueManager
-    from . import Throughput
 
 #: How many failed jobs are scanned to count them per queue.
 FAILED_SCAN = 1000
@@ -145,115 +146,17 @@ def _payload_text(payload: Any, *, indent: int | None = None, limit: int | None 
     return text
 
 
-@dataclass
-class Chart:
-    """The throughput chart as plain numbers for the SVG template."""
+@dataclass(frozen=True)
+class Waits:
+    """Wait times (dispatch to start of a first attempt) over some minutes."""
 
-    width: int
-    height: int
-    bars: list[dict[str, Any]]
-    peak: int
-    backlog_points: str
-    backlog_dots: list[dict[str, Any]]
-    backlog_peak: int
-    backlog_last: int | None
-    labels: list[dict[str, Any]]
+    count: int = 0
+    p50: float | None = None
+    p95: float | None = None
 
-
-def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> Chart:
-    """Bars: jobs finished per minute in this process (processed over failed);
-    line: the sampled backlog."""
-    minutes = throughput.finished()
-    peak = max((p + f for _, p, f in minutes), default=0)
-    scale = (height - 20) / peak if peak else 0.0
-    slot = width / max(len(minutes), 1)
-    bars: list[dict[str, Any]] = []
-    labels: list[dict[str, Any]] = []
-    for index, (minute, processed, failed) in enumerate(minutes):
-        x = round(index * slot + 2, 1)
-        w = round(max(slot - 4, 1), 1)
-        base = height - 14
-        hp = round(processed * scale, 1)
-        hf = round(failed * scale, 1)
-        stamp = datetime.datetime.fromtimestamp(minute * 60, tz=datetime.timezone.utc).strftime("%H:%M")
-        title = f"{stamp} UTC: {processed} processed, {failed} failed"
-        bars.append({"x": x, "y": round(base - hp, 1), "w": w, "h": hp, "fill": "#2e7d32", "title": title})
-        bars.append({"x": x, "y": round(base - hp - hf, 1), "w": w, "h": hf, "fill": "#c62828", "title": title})
-        if index % 5 == 0 or index == len(minutes) - 1:
-            labels.append({"x": round(x + w / 2, 1), "text": stamp})
-    samples = throughput.samples()
-    backlog_peak = max((q for _, q, _ in samples), default=0)
-    dots: list[dict[str, Any]] = []
-    if minutes:
-        start = minutes[0][0] * 60
-        span = len(minutes) * 60
-        bscale = (height - 20) / backlog_peak if backlog_peak else 0.0
-        for when, queued, failed in samples:
-            stamp = datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc).strftime("%H:%M:%S")
-            dots.append(
-                {
-                    "x": round(max(0.0, min(width, (when - start) / span * width)), 1),
-                    "y": round(height - 14 - queued * bscale, 1),
-                    "title": f"{stamp} UTC: {queued} queued, {failed} failed",
-                }
-            )
-    points = " ".join(f"{d['x']},{d['y']}" for d in dots)
-    return Chart(
-        width=width,
-        height=height,
-        bars=bars,
-        peak=peak,
-        backlog_points=points,
-        backlog_dots=dots,
-        backlog_peak=backlog_peak,
-        backlog_last=samples[-1][1] if samples else None,
-        labels=labels,
-    )
-
-
-#: The fleet chart's segments, bottom up: outcome, colour, words.
-FLEET_SEGMENTS = (
-    ("processed", "#2e7d32", "processed"),
-    ("released", "#f9a825", "released for a retry"),
-    ("failed", "#c62828", "failed"),
-    ("deferred", "#6a1b9a", "deferred"),
-)
-
-
-def build_fleet_chart(minutes: list[MinuteCounts], width: int = 600, height: int = 110) -> Chart:
-    """Bars: what every worker finished per minute (processed, released, failed, deferred, stacked)."""
-    totals = [[row.total(outcome) for outcome, _, _ in FLEET_SEGMENTS] for row in minutes]
-    peak = max((sum(counts) for counts in totals), default=0)
-    scale = (height - 20) / peak if peak else 0.0
-    slot = width / max(len(minutes), 1)
-    bars: list[dict[str, Any]] = []
-    labels: list[dict[str, Any]] = []
-    base = height - 14
-    for index, (row, counts) in enumerate(zip(minutes, totals, strict=True)):
-        x = round(index * slot + 1, 1)
-        w = round(max(slot - 2, 1), 1)
-        stamp = datetime.datetime.fromtimestamp(row.minute, tz=datetime.timezone.utc).strftime("%H:%M")
-        title = f"{stamp} UTC: " + ", ".join(
-            f"{n} {words}" for n, (_, _, words) in zip(counts, FLEET_SEGMENTS, strict=True)
-        )
-        top = float(base)
-        for n, (_, fill, _) in zip(counts, FLEET_SEGMENTS, strict=True):
-            h = round(n * scale, 1)
-            top -= h
-            bars.append({"x": x, "y": round(top, 1), "w": w, "h": h, "fill": fill, "title": title})
-        if index % 10 == 0 or index == len(minutes) - 1:
-            labels.append({"x": round(x + w / 2, 1), "text": stamp})
-    return Chart(
-        width=width,
-        height=height,
-        bars=bars,
-        peak=peak,
-        backlog_points="",
-        backlog_dots=[],
-        backlog_peak=0,
-        backlog_last=None,
-        labels=labels,
-    )
+    @classmethod
+    def of(cls, buckets: dict[float, int]) -> Waits:
+        return cls(sum(buckets.values()), wait_percentile(buckets, 0.5), wait_percentile(buckets, 0.95))
 
 
 @dataclass
@@ -264,8 +167,11 @@ class FleetView:
     tracked: bool
     workers: list[WorkerInfo] = field(default_factory=list)
     chart: Chart | None = None
-    #: The last :data:`FLEET_MINUTES` minutes by queue: ``(queue, {outcome: count})``.
-    queues: list[tuple[str, dict[str, int]]] = field(default_factory=list)
+    wait_chart: WaitChart | None = None
+    #: The last :data:`FLEET_MINUTES` minutes by queue: ``(queue, {outcome: count}, waits)``.
+    queues: list[tuple[str, dict[str, int], Waits]] = field(default_factory=list)
+    #: The whole fleet's waits over those minutes.
+    waits: Waits = Waits()
     error: str | None = None
 
 
@@ -280,13 +186,21 @@ def _fleet_view(manager: QueueManager) -> FleetView:
         view.error = f"{type(exc).__name__}: {exc}"
         return view
     view.chart = build_fleet_chart(minutes)
+    view.wait_chart = build_wait_chart(minutes)
     by_queue: dict[str, dict[str, int]] = {}
+    waits: dict[str, list[dict[float, int]]] = {}
     for row in minutes:
         for queue, counts in row.by_queue.items():
             held = by_queue.setdefault(queue, {})
             for outcome, n in counts.items():
                 held[outcome] = held.get(outcome, 0) + n
-    view.queues = sorted(by_queue.items())
+        for queue, buckets in row.waits.items():
+            waits.setdefault(queue, []).append(buckets)
+            by_queue.setdefault(queue, {})
+    view.queues = [
+        (queue, counts, Waits.of(merge_buckets(waits.get(queue, [])))) for queue, counts in sorted(by_queue.items())
+    ]
+    view.waits = Waits.of(merge_buckets(b for row in minutes for b in row.waits.values()))
     return view
 
 

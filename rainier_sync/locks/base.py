@@ -11,7 +11,10 @@ from typing import Callable, Sequence
 from .. import _clock
 from ..errors import CapabilityError
 
-__all__ = ["LockStore"]
+__all__ = ["LockStore", "ROOMS", "take_from", "rooms_of"]
+
+#: The most rooms :meth:`LockStore.take_many` reports of a full window.
+ROOMS = 64
 
 
 class LockStore(ABC):
@@ -53,6 +56,20 @@ class LockStore(ABC):
         ``key`` in the last ``per`` seconds, count one more and return 0.0; else
         count nothing and return the seconds until the oldest leaves the window."""
         raise self._cannot("count starts in a sliding window (take)")
+
+    def take_many(self, key: str, n: int, limit: int, per: float, hold: float = 0.0) -> tuple[int, list[float]]:
+        """Up to ``n`` starts from the window under ``key`` at once (as many as it
+        has room for), counted as if made ``hold`` seconds from now, so that they
+        stay in the window until ``hold + per`` from now. Returns how many were
+        taken and, when the window is left full, the seconds until each of its
+        next rooms (at most :data:`ROOMS` of them; empty while it has room).
+
+        A store that cannot take several at once inherits this: one start, by
+        :meth:`take`, and only with ``hold`` 0."""
+        if hold:
+            raise self._cannot("take starts ahead (take_many with a hold)")
+        wait = self.take(key, limit, per)
+        return (1, []) if wait <= 0 else (0, [wait])
 
     def count(self, key: str, window: float) -> int:
         """Count one event under ``key``; the count lapses ``window`` seconds after
@@ -112,6 +129,14 @@ class LockStore(ABC):
         member seen before changes nothing)."""
         raise self._cannot("keep tallies (tally_settle)")
 
+    def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
+        """:meth:`tally_settle` for several ``(key, member, field, ttl)`` items, in
+        one round trip where the store allows. For each item, in order: every
+        count under its key once all the items were settled, and whether its
+        member was new. This default settles them one by one."""
+        settled = [self.tally_settle(key, member, field, ttl) for key, member, field, ttl in items]
+        return _last_counts(items, settled)
+
     def tally(self, key: str) -> dict[str, int] | None:
         """The counts under ``key``, or None when there are none."""
         raise self._cannot("keep tallies (tally)")
@@ -125,3 +150,44 @@ class LockStore(ABC):
 
     def close(self) -> None:
         """Release connections."""
+
+
+def _last_counts(
+    items: Sequence[tuple[str, str, str, float]], settled: Sequence[tuple[dict[str, int], bool]]
+) -> list[tuple[dict[str, int], bool]]:
+    """Each item's key's counts as the last item of that key left them."""
+    last = {item[0]: counts for item, (counts, _) in zip(items, settled, strict=True)}
+    return [(dict(last[item[0]]), new) for item, (_, new) in zip(items, settled, strict=True)]
+
+
+# -- the sliding window's arithmetic, shared by the stores that keep it in this process's terms
+def take_from(
+    batches: list[tuple[float, int]], n: int, limit: int, per: float, now: float, stamp: float
+) -> tuple[list[tuple[float, int]], int, list[float]]:
+    """A window's ``(stamp, count)`` batches after taking up to ``n`` starts
+    stamped ``stamp`` at ``now``: the batches still inside it with the new one,
+    how many were taken, and its rooms (:func:`rooms_of`)."""
+    kept = [(at, count) for at, count in batches if at > now - per and count > 0]
+    taken = max(0, min(n, limit - sum(count for _, count in kept)))
+    if taken:
+        kept.append((stamp, taken))
+    return kept, taken, rooms_of(kept, limit, per, now)
+
+
+def rooms_of(batches: list[tuple[float, int]], limit: int, per: float, now: float) -> list[float]:
+    """When a window holding ``batches`` is full, the seconds from ``now`` until
+    each of its next :data:`ROOMS` rooms (a start leaving it that brings it
+    below ``limit``); empty when it has room now."""
+    skip = sum(count for _, count in batches) - limit
+    if skip < 0:
+        return []
+    rooms: list[float] = []
+    for at, count in sorted(batches):
+        if skip >= count:
+            skip -= count
+            continue
+        count, skip = count - skip, 0
+        rooms.extend([max(0.0, at + per - now)] * min(count, ROOMS - len(rooms)))
+        if len(rooms) >= ROOMS:
+            break
+    return rooms

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import collections
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
 from .. import _clock
-from .base import LockStore
+from .base import LockStore, take_from
 
 __all__ = ["MemoryLockStore"]
 
@@ -18,7 +17,8 @@ class MemoryLockStore(LockStore):
 
     def __init__(self) -> None:
         self._locks: dict[str, tuple[str, float]] = {}
-        self._windows: dict[str, collections.deque[float]] = {}
+        #: A window's batches of starts: (stamp, how many).
+        self._windows: dict[str, list[tuple[float, int]]] = {}
         self._counts: dict[str, tuple[int, float]] = {}
         self._flags: dict[str, set[str]] = {}
         self._values: dict[str, tuple[str, float]] = {}
@@ -64,15 +64,15 @@ class MemoryLockStore(LockStore):
             return held[0] if held else None
 
     def take(self, key: str, limit: int, per: float) -> float:
-        now = _clock.now()
+        taken, rooms = self.take_many(key, 1, limit, per)
+        return 0.0 if taken else rooms[0]
+
+    def take_many(self, key: str, n: int, limit: int, per: float, hold: float = 0.0) -> tuple[int, list[float]]:
         with self._mutex:
-            starts = self._windows.setdefault(key, collections.deque())
-            while starts and starts[0] <= now - per:
-                starts.popleft()
-            if len(starts) < limit:
-                starts.append(now)
-                return 0.0
-            return max(0.0, starts[len(starts) - limit] + per - now)
+            now = _clock.now()
+            kept, taken, rooms = take_from(self._windows.get(key, []), n, limit, per, now, now + hold)
+            self._windows[key] = kept
+            return taken, rooms
 
     def count(self, key: str, window: float) -> int:
         now = _clock.now()
@@ -151,6 +151,19 @@ class MemoryLockStore(LockStore):
                 held[field] = held.get(field, 0) + 1
                 held["pending"] = held.get("pending", 0) - 1
             return dict(held), new
+
+    def tally_settle_many(self, items: Sequence[tuple[str, str, str, float]]) -> list[tuple[dict[str, int], bool]]:
+        with self._mutex:
+            news: list[bool] = []
+            for key, member, field, ttl in items:
+                held, members = self._tally(key, ttl)
+                new = member not in members
+                if new:
+                    members.add(member)
+                    held[field] = held.get(field, 0) + 1
+                    held["pending"] = held.get("pending", 0) - 1
+                news.append(new)
+            return [(dict(self._tallies[key][0]), new) for (key, _, _, _), new in zip(items, news, strict=True)]
 
     def tally(self, key: str) -> dict[str, int] | None:
         with self._mutex:

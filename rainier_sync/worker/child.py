@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigurationError, PayloadError, RainierError, UnknownJobError
 from ..execution import check_result, context_for
+from ..scopes import attempt_scopes
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 
 if TYPE_CHECKING:
@@ -353,7 +354,8 @@ def _child_attempt(
             resource.setrlimit(resource.RLIMIT_AS, (memory if hard < 0 else min(memory, hard), hard))
             limit_set = previous
         try:
-            returned = job.handle(context)
+            with attempt_scopes(queued):
+                returned = job.handle(context)
             if job.KEEP_RESULT is not None:
                 check_result(job, returned)
         finally:

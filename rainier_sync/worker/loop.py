@@ -82,6 +82,8 @@ class Worker(Control, Stopping):
                     "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
                 )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self, dispatcher=manager)
+        self.executor.in_rounds = True  # the owning loop counts jobs of batches a round at a time (settle.py)
+        self.executor.hands_over = self.driver if capabilities.hands_over else None
         #: Dispatches the manager's periodic jobs as they fall due (``WorkerOptions.schedule``).
         self.scheduler = Scheduler(manager, self.connection_name) if self.options.schedule else None
         self.stats = WorkerStats()
@@ -427,13 +429,15 @@ class Worker(Control, Stopping):
             return
         started = self._started
         if started is not None:
-            started[id(job)] = (job, _clock.monotonic())
+            began = _clock.monotonic()
+            started[id(job)] = (job, began)
         try:
             completion = self.attempts.run(job, self._stop_notice)
         except BaseException as exc:  # noqa: BLE001 - never lose a completion
             completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
         if started is not None:
             started.pop(id(job), None)
+            completion.started = began
         done = self._claims.done
         done.append(completion)
         # A batch's worth finished, or nothing left to start: the loop has work. (It

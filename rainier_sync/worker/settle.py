@@ -1,10 +1,12 @@
 """What a worker has claimed, from the claim to its settlement.
 
 Pool threads append finished attempts to :attr:`Claims.done`; the owning loop
-collects them and applies them to the backend: acknowledgements in batches
-(with the next claim, where the driver can do both in one round trip), every
-other outcome one call each. A settle that fails half-way repeats only what
-is left, so no job is failed or announced twice.
+collects them and applies them to the backend: the jobs of batches among them
+counted first (:mod:`.counting`: all in one round trip of the lock store, or
+with their acknowledgements where the driver keeps the tallies); then
+acknowledgements in batches (with the next claim, where the driver can do both
+in one round trip), every other outcome one call each. A settle that fails
+half-way repeats only what is left, so no job is failed or announced twice.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..execution import DEFERRED, FAILED, INTERRUPTED, PROCESSED, RELEASED, SKIPPED, Completion, Executor
 from ..types import QueuedJob
+from .counting import Counting
 from .options import WorkerStats
 
 if TYPE_CHECKING:
@@ -56,6 +59,8 @@ class Claims:
         self.unsettled_since = 0.0
         #: The recent mean duration of an attempt (seconds), for sizing the prefetch.
         self.pace: float | None = None
+        #: How the jobs of batches among them are counted.
+        self._counting = Counting(executor, report)
 
     @property
     def held(self) -> bool:
@@ -100,12 +105,16 @@ class Claims:
         session = self._session()
         if acks and combined and limit > 0:
             try:
-                jobs: list[QueuedJob] = session.acknowledge_and_reserve([c.job for c in acks], queues, limit)
+                if any(c.batch is not None for c in acks):
+                    jobs, done, left = self._counting.acknowledge(session, acks, queues, limit)
+                else:
+                    jobs, done, left = session.acknowledge_and_reserve([c.job for c in acks], queues, limit), acks, []
             except Exception as exc:  # noqa: BLE001 - acknowledged again next time: harmless
                 self._report("settle", exc)
                 self.unsettled = acks + self.unsettled
                 return None
-            self.announce(acks)
+            self.unsettled = left + self.unsettled
+            self.announce(done)
             return jobs
         if not self._acknowledge(acks):
             return None
@@ -130,27 +139,48 @@ class Claims:
         again) when the backend failed."""
         if not acks:
             return True
+        left: list[Completion] = []
         try:
-            self._session().acknowledge_many([c.job for c in acks])
+            if any(c.batch is not None for c in acks):
+                _, acks, left = self._counting.acknowledge(self._session(), acks, (), 0)
+            else:
+                self._session().acknowledge_many([c.job for c in acks])
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
             self._report("settle", exc)
             self.unsettled = acks + self.unsettled
             return False
+        self.unsettled = left + self.unsettled
         self.announce(acks)
-        return True
+        return not left
 
     def _apply_others(self) -> list[Completion] | None:
-        """Release or fail the attempts that did not succeed, one call each; returns
-        the successful ones, left to acknowledge in a batch (None when the backend failed)."""
+        """Count the round's jobs of batches, then release or fail the attempts that
+        did not succeed (and acknowledge those that hand over), one call each; returns
+        the other successful ones, left to acknowledge in a batch (None when the backend failed)."""
         batch, self.unsettled = self.unsettled, []
-        acks = [c for c in batch if c.outcome is PROCESSED]
+        session = self._session()
+        counting = self._counting
+        if counting.with_acks(session):
+            # Failed and skipped jobs of batches: each moved or acknowledged with its count, now.
+            due = [c for c in batch if c.batch is not None and c.outcome is not PROCESSED]
+            settled = counting.settle(session, due) if due else []
+            if settled is None:
+                self.unsettled = batch
+                return None
+            if settled:
+                self.announce(settled)
+                gone = {id(c) for c in settled}
+                batch = [c for c in batch if id(c) not in gone]
+        elif not counting.in_store(batch):
+            self.unsettled = batch
+            return None
+        acks = [c for c in batch if c.outcome is PROCESSED and not c.follow]
         if len(acks) == len(batch):
             return acks
         applied: list[Completion] = []
-        session = self._session()
         try:
             for completion in batch:
-                if completion.outcome is not PROCESSED:
+                if completion.outcome is not PROCESSED or completion.follow:
                     self._executor.apply(session, completion)
                     applied.append(completion)
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _clock, signals
 from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
-from ..execution import INTERRUPTED, PROCESSED, Completion, Executor, decided
+from ..execution import INTERRUPTED, PROCESSED, Completion, Executor
+from ..scopes import attempt_scopes
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 from .child import ForkServer, flush_stdio, kill_group
 from .children import _Child, _describe_status
@@ -295,6 +296,8 @@ class Supervisor:
         try:
             job = executor.build(queued)
             chain = executor.chain(queued, job)
+            if executor.skipped_batch(queued, context):
+                return executor.decided(queued, context.decision or ("skip", 0.0, ""), _clock.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - an unknown name or a bad payload fails the job, not the worker
             return executor.conclude(queued, None, exc, context, _clock.monotonic() - started)
         if not chain:
@@ -309,7 +312,8 @@ class Supervisor:
                 raise _ChildAttemptFailed(completion)
 
         try:
-            executor.through(chain, job, context, attempt)
+            with attempt_scopes(queued):  # the middleware runs here, as it would in a thread
+                executor.through(chain, job, context, attempt)
         except _ChildAttemptFailed as failed:
             return failed.completion
         except Exception as exc:  # noqa: BLE001 - a middleware that raises fails the attempt, not the worker
@@ -317,7 +321,7 @@ class Supervisor:
         if done:
             return done[0]
         assert context.decision is not None, "the middleware neither ran the attempt nor deferred or skipped it"
-        return decided(queued, context.decision, _clock.monotonic() - started)
+        return executor.decided(queued, context.decision, _clock.monotonic() - started)
 
     def _in_child(
         self,
@@ -340,7 +344,8 @@ class Supervisor:
             child.attempts += 1
             handed = _clock.monotonic()  # the limit starts now: starting a child is not the job's time
             child.send({"op": "run", "job": queued.to_wire(), "connection": queued.connection})
-            outcome = self._await(child, timeout, stop_requested, handed)
+            with attempt_scopes(queued):  # the child's dispatches are sent from here
+                outcome = self._await(child, timeout, stop_requested, handed)
             reusable = outcome.get("op") == "done"
         except (OSError, ValueError) as exc:
             # the child cannot be talked to (or talks nonsense): stop it; the attempt counts as crashed

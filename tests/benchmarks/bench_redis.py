@@ -1,11 +1,17 @@
 """Redis driver benchmark: dispatch, dispatch_many, drain, idle latency, delayed-job lateness.
 
     .venv/bin/python tests/benchmarks/bench_redis.py [--jobs 10000] [--threads 8] [--repeat 3] [--locks]
+        [--cluster [--cluster-url redis+cluster://127.0.0.1:7000,...]]
 
 Uses the Redis at ``REDIS_URL`` (default ``redis://127.0.0.1:6379/13``) under a
 fresh key prefix, deleted afterwards. Every job is a no-op. ``--locks`` gives
 the manager a Redis lock store under the same prefix (paused queues, the
 worker registry and fleet throughput then cost what they cost).
+
+``--cluster`` runs every figure on that server and on a Redis Cluster of three
+masters started on loopback for the run (or the one ``--cluster-url`` names),
+alternating the two run by run, and prints the cluster's drain as a share of
+the single server's. One queue: its keys live on one node of the cluster.
 
 - dispatch: ``manager.dispatch`` one job at a time (2,000 jobs).
 - dispatch_many: ``manager.dispatch_many`` of the whole backlog, one call.
@@ -70,9 +76,8 @@ def manager_for(url: str, prefix: str, locks: bool = False) -> tuple[QueueManage
 
 
 def cleanup(driver: RedisQueue, prefix: str) -> None:
-    keys = list(driver.client.scan_iter(match=prefix + "*", count=1000))
-    if keys:
-        driver.client.delete(*keys)
+    for key in list(driver.client.scan_iter(match=prefix + "*", count=1000)):
+        driver.client.delete(key)
 
 
 def bench_dispatch(url: str, jobs: int, threads: int, locks: bool) -> dict[str, float]:
@@ -109,7 +114,7 @@ def bench_latency(url: str, threads: int, locks: bool) -> dict[str, float]:
         time.sleep(0.3)  # let the worker reach its idle wait
         sent: dict[str, float] = {}
         for i in range(300):
-            key = f"idle-{i}"
+            key = f"{prefix}idle-{i}"
             sent[key] = time.time()
             producer_manager.dispatch(Stamp(key))
             time.sleep(0.02)
@@ -120,7 +125,7 @@ def bench_latency(url: str, threads: int, locks: bool) -> dict[str, float]:
         due: dict[str, float] = {}
         first = time.time() + 0.2
         for i in range(200):
-            key = f"late-{i}"
+            key = f"{prefix}late-{i}"
             due[key] = first + i * 0.005
             # the manager reads the clock again inside; so the due time it stores is a hair later than ours
             producer_manager.dispatch_after(due[key] - time.time(), Stamp(key))
@@ -145,21 +150,12 @@ def bench_latency(url: str, threads: int, locks: bool) -> dict[str, float]:
         producer_manager.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--locks", action="store_true", help="give the manager a Redis lock store")
-    parser.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"))
-    args = parser.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
-    rates = [bench_dispatch(args.url, args.jobs, args.threads, args.locks) for _ in range(args.repeat)]
+def report(label: str, rates: list[dict[str, float]], latency: dict[str, float]) -> None:
+    print(f"-- {label}")
     for name in ("dispatch", "dispatch_many", "drain"):
         values = [r[name] for r in rates]
         shown = ", ".join(f"{v:,.0f}" for v in values)
         print(f"{name:>14}: best {max(values):>9,.0f} jobs/s   (runs: {shown})")
-    latency = bench_latency(args.url, args.threads, args.locks)
     print(
         f"  idle latency: p50 {latency['idle_p50_ms']:.2f} ms, p99 {latency['idle_p99_ms']:.2f} ms"
         f" ({latency['idle_missing']} missing)"
@@ -168,6 +164,46 @@ def main() -> None:
         f" delayed jobs: earliest {latency['late_min_ms']:+.1f} ms, p50 {latency['late_p50_ms']:+.1f} ms,"
         f" p99 {latency['late_p99_ms']:+.1f} ms late ({latency['late_missing']} missing)"
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--locks", action="store_true", help="give the manager a Redis lock store")
+    parser.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"))
+    parser.add_argument("--cluster", action="store_true", help="also on a Redis Cluster, alternating")
+    parser.add_argument("--cluster-url", help="a Redis Cluster to use instead of starting one")
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    targets = {"single server": args.url}
+    started = None
+    if args.cluster:
+        if args.cluster_url:
+            targets["cluster"] = args.cluster_url
+        else:
+            import tempfile
+
+            from tests.services.redis_topologies import Cluster
+
+            started = Cluster(pathlib.Path(tempfile.mkdtemp(prefix="bench-redis-cluster-")))
+            targets["cluster"] = started.url
+    try:
+        rates: dict[str, list[dict[str, float]]] = {label: [] for label in targets}
+        for _ in range(args.repeat):  # alternating, so a busy spell on the machine falls on both
+            for label, url in targets.items():
+                rates[label].append(bench_dispatch(url, args.jobs, args.threads, args.locks))
+        latencies = {label: bench_latency(url, args.threads, args.locks) for label, url in targets.items()}
+        for label in targets:
+            report(label, rates[label], latencies[label])
+        if args.cluster:
+            single = max(r["drain"] for r in rates["single server"])
+            cluster = max(r["drain"] for r in rates["cluster"])
+            print(f"cluster drain: {cluster / single:.0%} of the single server's (best of {args.repeat} each)")
+    finally:
+        if started is not None:
+            started.stop()
     print(f"load average after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
 

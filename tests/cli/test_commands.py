@@ -256,7 +256,8 @@ def test_a_configuration_error_from_the_environment_is_a_usage_error(
     monkeypatch.setenv("QUEUE_DRIVER", "redis")
     assert main(["queue:status"]) == EXIT_USAGE
     assert capsys.readouterr().err == (
-        "rainier-sync: error: QUEUE_DRIVER=redis: connection 'redis' (redis): REDIS_URL is required and not set\n"
+        "rainier-sync: error: QUEUE_DRIVER=redis: connection 'redis' (redis): REDIS_URL is required and not set "
+        "(or give REDIS_SENTINELS and REDIS_SENTINEL_SERVICE)\n"
     )
 
 

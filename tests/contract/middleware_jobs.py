@@ -27,7 +27,9 @@ def record(ledger: str, *fields: object) -> None:
 
 @dataclass
 class Limited(Job):
-    """Records ``n start attempt`` under ``RateLimited(limiter, limit, per)``."""
+    """Records ``n before after attempt`` under ``RateLimited(limiter, limit, per)``:
+    its start was granted between ``before`` (the chain began) and ``after``
+    (``handle`` began), however long the process was kept off the CPU."""
 
     NAME = "mw-processes.limited"
 
@@ -38,18 +40,28 @@ class Limited(Job):
     per: float = 1.0
 
     def middleware(self) -> list[Any]:
-        return [RateLimited(self.limiter, limit=self.limit, per=self.per)]
+        return [Before(), RateLimited(self.limiter, limit=self.limit, per=self.per)]
 
     def handle(self, context: JobContext) -> None:
-        record(self.ledger, self.n, repr(time.time()), context.attempt)
+        after = time.time()
+        record(self.ledger, self.n, repr(getattr(self, "before", after)), repr(after), context.attempt)
+
+
+class Before:
+    """Notes on the job when its middleware chain began."""
+
+    def handle(self, job: Any, context: JobContext, call_next: Any) -> None:
+        job.before = time.time()
+        call_next()
 
 
 @dataclass
 class Exclusive(Job):
     """Holds its key for ``hold`` seconds; records ``n key start end attempt pid``.
 
-    With ``hang`` set, its first attempt records ``hanging`` and then sleeps far
-    longer than any test waits (the test kills its process).
+    With ``hang`` set, its first attempt records ``hanging n key before pid``
+    (``before``: when its chain began, so before it took the lock) and then
+    sleeps far longer than any test waits (the test kills its process).
     """
 
     NAME = "mw-processes.exclusive"
@@ -65,12 +77,14 @@ class Exclusive(Job):
     hang: bool = False
 
     def middleware(self) -> list[Any]:
-        return [WithoutOverlapping(self.key, expire_after=self.expire_after, release_after=self.release_after)]
+        overlap = WithoutOverlapping(self.key, expire_after=self.expire_after, release_after=self.release_after)
+        return [Before(), overlap]
 
     def handle(self, context: JobContext) -> None:
         start = time.time()
         if self.hang and context.attempt == 1:
-            record(self.ledger, "hanging", self.n, self.key, repr(start), os.getpid())
+            # when its chain began: the lock was taken after this (and lapses expire_after after that)
+            record(self.ledger, "hanging", self.n, self.key, repr(getattr(self, "before", start)), os.getpid())
             time.sleep(120)
             return
         time.sleep(self.hold)

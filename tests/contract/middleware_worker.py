@@ -1,51 +1,42 @@
 """A worker process for the middleware process tests.
 
-python -m tests.contract.middleware_worker KIND URL PREFIX QUEUE MODE CONCURRENCY SLEEP RESERVATION
+python -m tests.contract.middleware_worker MODE CONCURRENCY SLEEP LEDGER BACKEND...
 
-KIND is ``redis`` (RedisQueue + RedisLockStore under PREFIX) or ``postgres``
-(DatabaseQueue + DatabaseLockStore on URL; PREFIX unused). MODE ``once`` runs
-``--once`` passes until the queue's size is 0 (ready, delayed and reserved: a
-deferred job keeps it above 0), at most :data:`ONCE_FOR` seconds; ``forever``
-runs until SIGTERM. Prints the summed stats as one JSON line.
+BACKEND is what :meth:`tests.contract.processes.Backend.argv` gives (the
+driver and lock store of the test's place on a real server, and its queue).
+MODE ``once`` runs ``--once`` passes until the queue's size is 0 (ready,
+delayed and reserved: a deferred job keeps it above 0), at most
+:data:`ONCE_FOR` seconds; ``forever`` runs until SIGTERM. Prints the summed
+stats as one JSON line. Once its worker is built it notes ``LEDGER/ready-<pid>``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
-from typing import Any
+from pathlib import Path
 
 from rainier_sync import QueueManager, Worker, WorkerOptions
 from tests.contract import middleware_jobs
+from tests.contract.processes import from_argv
 
 #: The longest a ``once`` process keeps running passes before it gives up.
-ONCE_FOR = 45.0
-
-
-def connect(kind: str, url: str, prefix: str, reservation: float) -> tuple[Any, Any]:
-    if kind == "redis":
-        from rainier_sync.drivers import RedisQueue
-        from rainier_sync.locks import RedisLockStore
-
-        return RedisQueue.from_url(url, prefix=prefix, reservation=reservation), RedisLockStore.from_url(
-            url, prefix=prefix + "lock:"
-        )
-    from rainier_sync.drivers.database import DatabaseQueue
-    from rainier_sync.locks import DatabaseLockStore
-
-    return DatabaseQueue.from_url(url, reservation=reservation), DatabaseLockStore.from_url(url)
+ONCE_FOR = 120.0
 
 
 def main(argv: list[str]) -> int:
-    kind, url, prefix, queue, mode, concurrency, sleep, reservation = argv
-    driver, locks = connect(kind, url, prefix, float(reservation))
-    manager = QueueManager({kind: driver}, locks=locks, registry=middleware_jobs.registry())
+    mode, concurrency, sleep, ledger = argv[:4]
+    driver, locks, queue = from_argv(argv[4:])
+    manager = QueueManager({argv[4]: driver}, locks=locks, registry=middleware_jobs.registry())
     options = {"queues": [queue], "concurrency": int(concurrency), "sleep": float(sleep), "reclaim_interval": 0.5}
     totals: dict[str, int] = {}
     code = 0
+    ready = Path(ledger) / f"ready-{os.getpid()}"
     if mode == "once":
+        ready.touch()
         ends = time.monotonic() + ONCE_FOR
         passes = 0
         while True:
@@ -63,6 +54,7 @@ def main(argv: list[str]) -> int:
     else:
         worker = Worker(manager, options=WorkerOptions(**options))
         worker.install_signal_handlers()
+        ready.touch()
         totals = asdict(worker.run())
     manager.close()
     print(json.dumps(totals), flush=True)

@@ -1,6 +1,7 @@
 """The lock store's coordination API (job middleware's windows and counters,
 paused queues' flags), held alike on every store: memory, the database on
-SQLite, PostgreSQL and MariaDB, and Redis, each against its real server."""
+SQLite, PostgreSQL and MariaDB, and Redis (one server, and a Redis Cluster),
+each against its real server."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from freezegun import freeze_time
 from rainier_sync import Job, JobContext
 from rainier_sync.locks import LockStore, MemoryLockStore
 
-STORES = ["memory", "sqlite", "postgres", "mysql", "redis"]
+STORES = ["memory", "sqlite", "postgres", "mysql", "redis", "redis_cluster"]
 
 
 @pytest.fixture(params=STORES)
@@ -25,10 +26,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LockStore]
     if kind == "memory":
         yield MemoryLockStore()
         return
-    if kind == "redis":
+    if kind in ("redis", "redis_cluster"):
         from rainier_sync.locks import RedisLockStore
 
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue("redis_url" if kind == "redis" else "redis_cluster_url")
         made: LockStore = RedisLockStore.from_url(url, prefix=f"rstest:{uuid.uuid4().hex[:12]}:")
     else:
         from rainier_sync.locks import DatabaseLockStore
@@ -83,6 +84,67 @@ def test_a_window_never_lets_more_than_its_limit_through_at_once(store: LockStor
     for thread in threads:
         thread.join(timeout=60)
     assert len(taken) == 7
+
+
+def test_several_starts_are_taken_at_once_as_far_as_the_window_has_room(store: LockStore) -> None:
+    name = key()
+    with freeze_time("2026-01-01 00:00:00") as clock:
+        assert store.take_many(name, 4, 10, 10.0) == (4, [])
+        assert store.take_many(name, 4, 10, 10.0, hold=0.5) == (4, [])
+        taken, rooms = store.take_many(name, 4, 10, 10.0)
+        assert taken == 2, "only what the window has room for"
+        assert rooms == pytest.approx([10.0] * 6 + [10.5] * 4), "oldest first"
+        assert store.take_many(name, 1, 10, 10.0) == (0, rooms), "a refused take counts nothing"
+        assert store.take(name, 10, 10.0) == pytest.approx(10.0), "take and take_many share the window"
+        clock.tick(10)
+        taken, rooms = store.take_many(name, 9, 10, 10.0)
+        assert taken == 6, "the starts at 0 have left; those held to 0.5 stay until 10.5"
+        assert rooms == pytest.approx([0.5] * 4 + [10.0] * 6)
+        clock.tick(0.5)
+        assert store.take_many(name, 9, 10, 10.0)[0] == 4
+
+
+def test_a_full_window_names_at_most_rooms_rooms(store: LockStore) -> None:
+    from rainier_sync.locks.base import ROOMS
+
+    name = key()
+    with freeze_time("2026-01-01 00:00:00"):
+        assert store.take_many(name, 500, 500, 60.0) == (500, [60.0] * ROOMS)
+
+
+def test_starts_taken_several_at_a_time_never_pass_the_limit(store: LockStore) -> None:
+    name, taken = key(), []
+    barrier = threading.Barrier(6)
+
+    def contend(n: int) -> None:
+        barrier.wait()
+        for _ in range(5):
+            taken.append(store.take_many(name, n, 23, 3600.0, hold=0.1)[0])
+
+    threads = [threading.Thread(target=contend, args=(n,)) for n in (1, 2, 3, 4, 5, 6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sum(taken) == 23
+
+
+@pytest.mark.parametrize("store", [kind for kind in STORES if kind != "memory"], indirect=True)
+def test_a_window_kept_one_start_at_a_time_is_read_as_such(store: LockStore) -> None:
+    """Windows written before starts were taken in batches (a start per member
+    or per stamp) count as they did."""
+    name = key()
+    with freeze_time("2026-01-01 00:00:00") as clock:
+        now = clock().timestamp()
+        if type(store).__name__ == "RedisLockStore":
+            client, prefix = store._client, store._prefix  # type: ignore[attr-defined]
+            client.zadd(f"{prefix}window:{name}", {"a" * 32: now - 1, "b" * 32: now - 0.5})
+        else:
+            starts = f"{now - 20!r} {now - 1!r} {now - 0.5!r}"
+            store._backend.execute(  # type: ignore[attr-defined]
+                "INSERT INTO rainier_windows (window_key, starts) VALUES (%s, %s)", (name, starts)
+            )
+        assert store.take_many(name, 5, 4, 10.0) == (2, pytest.approx([9.0, 9.5, 10.0, 10.0]))
 
 
 def test_a_count_grows_then_lapses_after_its_window(store: LockStore) -> None:
@@ -184,6 +246,50 @@ def test_a_tally_settled_from_many_threads_is_exact(store: LockStore) -> None:
         thread.join(timeout=120)
     assert news.count(True) == 40
     assert store.tally(name) == {"total": 40, "pending": 0, "processed": 40, "failed": 0}
+
+
+def test_many_members_of_several_tallies_settle_at_once_each_once(store: LockStore) -> None:
+    first, second = key(), key()
+    store.tally_add(first, {"total": 4, "pending": 4, "processed": 0, "failed": 0}, 3600)
+    store.tally_add(second, {"total": 2, "pending": 2, "processed": 0, "failed": 0}, 3600)
+    store.tally_settle(first, "job-1", "processed", 3600)
+    # job-1 was settled before; job-2 comes twice; "skipped" is a count the tally did not start with
+    items = [
+        (first, "job-1", "processed", 3600.0),
+        (first, "job-2", "failed", 3600.0),
+        (second, "job-9", "processed", 3600.0),
+        (first, "job-2", "failed", 3600.0),
+        (first, "job-3", "skipped", 3600.0),
+    ]
+    settled = store.tally_settle_many(items)
+    assert [new for _, new in settled] == [False, True, True, False, True]
+    after_first = {"total": 4, "pending": 1, "processed": 1, "failed": 1, "skipped": 1}
+    after_second = {"total": 2, "pending": 1, "processed": 1, "failed": 0}
+    assert [counts for counts, _ in settled] == [after_first, after_first, after_second, after_first, after_first]
+    assert store.tally(first) == after_first and store.tally(second) == after_second
+    assert store.tally_settle_many([]) == []
+    assert store.tally_settle_many(items[:2]) == [(after_first, False), (after_first, False)], "settled once"
+
+
+def test_a_tally_settled_in_rounds_from_many_threads_is_exact(store: LockStore) -> None:
+    name = key()
+    store.tally_add(name, {"total": 60, "pending": 60, "processed": 0, "failed": 0}, 3600)
+    news: list[bool] = []
+    barrier = threading.Barrier(3)
+
+    def settle(offset: int) -> None:
+        barrier.wait()
+        for start in range(0, 60, 12):  # every thread settles every member, 12 at a time
+            items = [(name, f"job-{(n + offset) % 60}", "processed", 3600.0) for n in range(start, start + 12)]
+            news.extend(new for _, new in store.tally_settle_many(items))
+
+    threads = [threading.Thread(target=settle, args=(i * 20,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert news.count(True) == 60
+    assert store.tally(name) == {"total": 60, "pending": 0, "processed": 60, "failed": 0}
 
 
 @dataclass

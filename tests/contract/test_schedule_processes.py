@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.contract.processes import Backend, open_backend
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -129,41 +129,18 @@ class Workers:
             proc.communicate(timeout=10)
 
 
-@pytest.fixture(
-    params=[pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("redis", marks=pytest.mark.redis)]
-)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    """(backend, url, prefix) of an isolated store: a fresh PostgreSQL schema, emptied,
-    or a Redis key prefix of this test's, deleted after."""
-    if request.param == "postgres":
-        pytest.importorskip("psycopg")
-        from rainier_sync.drivers.database import DatabaseQueue
-        from tests.drivers.database.support import postgres_schema_url
-
-        url = postgres_schema_url(request)
-        queue = DatabaseQueue.from_url(url)
-        for table in ("rainier_jobs", "rainier_failed_jobs", "rainier_locks"):
-            queue._backend.execute(f"DELETE FROM {table}")
-        queue.close()
-        yield "postgres", url, ""
-        return
-    redis = pytest.importorskip("redis")
-    url = str(request.getfixturevalue("redis_url"))
-    prefix = f"rstest:{uuid.uuid4().hex[:12]}:"
-    yield "redis", url, prefix
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=prefix + "*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+@pytest.fixture(params=["postgres", "redis"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """An isolated store (tests/contract/processes.py): on PostgreSQL the
+    session's schema with every job and lock deleted first (the ticks' keys
+    are fixed names), on Redis a key prefix of this test's, deleted after."""
+    with open_backend(request, tmp_path, request.param, empty=True) as made:
+        yield made
 
 
 @pytest.fixture
-def workers(backend: tuple[str, str, str], tmp_path: Path) -> Iterator[Workers]:
-    name, url, prefix = backend
-    directory = tmp_path / "ledger"
-    directory.mkdir()
-    made = Workers(name, url, prefix, directory)
+def workers(backend: Backend) -> Iterator[Workers]:
+    made = Workers(backend.kind, backend.url, backend.prefix if backend.kind == "redis" else "", backend.ledger)
     yield made
     made.close()
 
@@ -187,7 +164,7 @@ def test_three_scheduling_workers_run_each_tick_exactly_once(workers: Workers) -
 
 # On Redis only: the scheduler's path is the same on every store, and the three-worker test
 # holds PostgreSQL to it; this one costs half a minute a backend.
-@pytest.mark.parametrize("backend", [pytest.param("redis", marks=pytest.mark.redis)], indirect=True)
+@pytest.mark.parametrize("backend", ["redis"], indirect=True)
 def test_scheduling_workers_killed_at_random_moments_lose_no_tick_and_double_none(workers: Workers) -> None:
     """First a lone worker SIGKILLs itself between its first tick's dispatch and
     claim, and no other scheduler comes up before the next tick: that tick's job

@@ -33,8 +33,8 @@ class Step(Job):
 
     NAME = "wf-processes.step"
     QUEUE = QUEUE
-    #: A killed worker spends a try of the job it held.
-    TRIES = 3
+    #: A killed worker spends a try of the job it held, and one link may be killed more than once.
+    TRIES = 30
 
     ledger: str = ""
     step: int = 0
@@ -52,7 +52,7 @@ class Noop(Job):
 
     NAME = "wf-processes.noop"
     QUEUE = QUEUE
-    TRIES = 3
+    TRIES = 5
 
     ledger: str = ""
     hold: float = 0.0

@@ -10,8 +10,9 @@ from typing import Any, ClassVar
 import pytest
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
-from rainier_sync.drivers import MemoryQueue
+from rainier_sync.drivers import MemoryQueue, SyncQueue
 from rainier_sync.errors import ConfigurationError
+from rainier_sync.execution import Executor
 from rainier_sync.locks import MemoryLockStore
 
 
@@ -91,9 +92,8 @@ def test_a_job_run_twice_counts_once() -> None:
     manager, memory = build()
     batch = callbacks(manager.batch([Retried(1), Retried(2)])).dispatch()
     [first] = memory.reserve_many(["default"], 1)
-    worker = Worker(manager, options=WorkerOptions(once=True))
-    worker.executor.run(first)  # ran and counted; its acknowledgement never happened
-    memory.release(first, 0)
+    Executor(manager.registry, manager.container, locks=manager.locks, dispatcher=manager).run(first)
+    memory.release(first, 0)  # ran and counted; its acknowledgement never happened
     drain(manager)
     done = manager.find_batch(batch.id)
     assert done is not None and (done.processed, done.pending) == (2, 0)
@@ -140,6 +140,104 @@ def test_a_job_adds_to_its_own_batch() -> None:
     done = manager.find_batch(batch.id)
     assert done is not None and (done.total, done.processed, done.pending) == (3, 3, 0)
     assert sorted(Row.ran) == [100, 101] and Callback.heard == ["then"]
+
+
+class CountingStore(MemoryLockStore):
+    """Says how a batch's jobs were counted: the items of each round, and what was
+    acknowledged by the time each round was counted; ``broken`` rounds fail."""
+
+    def __init__(self, memory: MemoryQueue) -> None:
+        super().__init__()
+        self.memory = memory
+        self.rounds: list[int] = []
+        self.held_then: list[int] = []
+        self.single = 0
+        self.broken = 0
+
+    def tally_settle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        self.single += 1
+        return super().tally_settle(key, member, field, ttl)
+
+    def tally_settle_many(self, items: Any) -> list[tuple[dict[str, int], bool]]:
+        if self.broken:
+            self.broken -= 1
+            raise ConnectionError("the lock store is out of reach")
+        self.rounds.append(len(items))
+        self.held_then.append(self.memory.counts("default").reserved)
+        return super().tally_settle_many(items)
+
+
+def claims_of(manager: QueueManager, reported: list[str]) -> Any:
+    """A worker's claims, fed by hand: finished attempts as its pool threads leave them."""
+    worker = Worker(manager, options=WorkerOptions(once=True))
+    from rainier_sync.worker.settle import Claims
+
+    return worker, Claims(
+        worker._consumer, worker.executor, worker.stats, report=lambda what, exc: reported.append(what),
+        stop=worker.stop, stopping=lambda: False,
+    )  # fmt: skip
+
+
+def test_a_worker_counts_a_round_of_finished_jobs_at_once_before_acknowledging_them() -> None:
+    memory = MemoryQueue()
+    store = CountingStore(memory)
+    registry = JobRegistry().with_job(Row).with_job(Callback)
+    manager = QueueManager({"m": memory}, registry=registry, container=Container(), locks=store)
+    batch = callbacks(manager.batch([Row(n, fail=n == 3) for n in range(10)]).allow_failures()).dispatch()
+    reported: list[str] = []
+    worker, claims = claims_of(manager, reported)
+    jobs = memory.reserve_many(["default"], 10)
+    claims.claimed(jobs)
+    # Given ten attempts finished by pool threads (one a final failure)
+    for job in jobs:
+        completion = worker.executor.run(job)
+        assert completion.batch in ("processed", "failed"), "left for the owning loop to count"
+        claims.done.append(completion)
+    assert store.rounds == [] and store.tally(f"batch:{batch.id}")["pending"] == 10
+    # When the owning loop settles them
+    assert claims.settle(0.0)
+    # Then they were counted in one round trip, while all ten were still held, and only then settled
+    assert store.rounds == [10] and store.held_then == [10] and store.single == 0
+    assert memory.counts("default").reserved == 0 and len(memory.failed) == 1
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.processed, done.failed, done.pending) == (9, 1, 0)
+    assert memory.size("default") == 2, "catch and finally queued, once each"
+    assert reported == []
+
+
+def test_a_round_the_store_could_not_count_is_kept_and_counted_once_later() -> None:
+    memory = MemoryQueue()
+    store = CountingStore(memory)
+    manager = QueueManager({"m": memory}, registry=JobRegistry().with_job(Row).with_job(Callback), locks=store)
+    batch = manager.batch([Row(n) for n in range(4)]).then(Callback("then")).dispatch()
+    reported: list[str] = []
+    worker, claims = claims_of(manager, reported)
+    jobs = memory.reserve_many(["default"], 4)
+    claims.claimed(jobs)
+    claims.done.extend(worker.executor.run(job) for job in jobs)
+    store.broken = 1
+    assert not claims.settle(0.0), "the store failed: nothing is acknowledged uncounted"
+    assert reported == ["batch"] and memory.counts("default").reserved == 4 and len(claims.unsettled) == 4
+    assert claims.settle(0.0)
+    assert store.rounds == [4] and memory.size("default") == 1, "counted once, then acknowledged; then queued"
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.processed, done.pending) == (4, 0)
+
+
+@pytest.mark.parametrize("path", ["sync", "drain"])
+def test_jobs_of_a_batch_run_outside_a_worker_are_counted_as_they_finish(path: str) -> None:
+    """The sync driver runs each job inside its dispatch (as ``dispatch_now`` does),
+    ``MemoryQueue.drain()`` one after another: each counts as it finishes."""
+    memory = MemoryQueue()
+    driver: Any = SyncQueue() if path == "sync" else memory
+    registry = JobRegistry().with_job(Row).with_job(Callback)
+    manager = QueueManager({"m": driver}, registry=registry, container=Container(), locks=MemoryLockStore())
+    batch = manager.batch([Row(1), Row(2), Row(3)]).then(Callback("then")).finally_(Callback("finally")).dispatch()
+    if path == "drain":
+        memory.drain()
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.total, done.processed, done.pending) == (3, 3, 0)
+    assert sorted(Callback.heard) == ["finally", "then"]
 
 
 def test_batches_are_listed_newest_first() -> None:
@@ -200,3 +298,30 @@ def test_an_unregistered_job_and_a_missing_lock_store_are_refused() -> None:
     unlocked = QueueManager({"m": MemoryQueue()}, registry=JobRegistry().with_job(Row), container=Container())
     with pytest.raises(ConfigurationError, match="locks="):
         unlocked.batch([Row(1)]).dispatch()
+
+
+class SkipAll:
+    def handle(self, job: Job, context: JobContext, call_next: Any) -> None:
+        context.skip("not today")
+
+
+@dataclass
+class Skipped(Job):
+    NAME = "batch.skipped"
+
+    def handle(self, context: JobContext) -> None:
+        raise AssertionError("skipped by its middleware, never run")
+
+    def middleware(self) -> list[Any]:
+        return [SkipAll()]
+
+
+def test_a_job_of_a_batch_its_middleware_skips_counts_as_skipped() -> None:
+    memory = MemoryQueue()
+    registry = JobRegistry().with_job(Skipped).with_job(Callback)
+    manager = QueueManager({"m": memory}, registry=registry, container=Container(), locks=MemoryLockStore())
+    batch = callbacks(manager.batch([Skipped(), Skipped()])).dispatch()
+    stats = drain(manager)
+    done = manager.find_batch(batch.id)
+    assert done is not None and (done.skipped, done.pending, done.finished) == (2, 0, True)
+    assert stats.skipped == 2 and Callback.heard == ["finally"], "then needs every job to succeed"

@@ -227,3 +227,59 @@ def test_an_undeclared_connection_is_an_error(manager: QueueManager) -> None:
         manager.workers("nope")
     with pytest.raises(UnknownConnectionError):
         manager.throughput("nope")
+
+
+def test_wait_times_of_first_attempts_are_counted_per_queue_in_buckets(manager: QueueManager) -> None:
+    with freeze_time("2026-03-01 12:00:00") as frozen:
+        manager.dispatch_many([jobs.Record(n) for n in range(3)])
+        manager.dispatch_on("other", jobs.Record("x"))
+        manager.dispatch_after(5, jobs.Record("delayed"))  # waits from when it fell due, not from its dispatch
+        manager.dispatch(jobs.Flaky())  # released after its first attempt: the second does not count
+        frozen.tick(7)
+        manager.dispatch(jobs.Record("fresh"))
+        stats = Worker(manager, options=WorkerOptions(queues=["default", "other"], once=True)).run()
+        assert (stats.processed, stats.released) == (6, 1)
+        frozen.tick(5)
+        assert Worker(manager, options=WorkerOptions(once=True)).run().released == 1
+        (row,) = manager.throughput(minutes=1)
+
+    assert row.waits == {"default": {10.0: 4, 2.5: 1, 0.005: 1}, "other": {10.0: 1}}
+    assert row.by_queue == {"default": {"processed": 5, "released": 2}, "other": {"processed": 1}}
+    assert row.wait_buckets() == {10.0: 5, 2.5: 1, 0.005: 1}
+    assert row.wait_buckets("other") == {10.0: 1} and row.wait_buckets("nope") == {}
+
+
+def test_wait_percentiles_interpolate_within_a_bucket() -> None:
+    from rainier_sync.fleet import merge_buckets, wait_percentile
+
+    assert wait_percentile({}, 0.5) is None
+    assert wait_percentile({1.0: 0}, 0.5) is None
+    assert wait_percentile({0.005: 4}, 0.5) == pytest.approx(0.0025)  # half-way into (0, 0.005]
+    assert wait_percentile({1.0: 4}, 0.5) == pytest.approx(0.75)  # half-way into (0.5, 1], the bucket below empty
+    histogram = {0.1: 50, 1.0: 45, 10.0: 5}  # each bucket interpolated from the standard bound below it
+    assert wait_percentile(histogram, 0.5) == pytest.approx(0.1)
+    assert wait_percentile(histogram, 0.95) == pytest.approx(1.0)
+    assert wait_percentile(histogram, 0.99) == pytest.approx(5.0 + 5.0 * 4 / 5)
+    assert wait_percentile({1.0: 1, float("inf"): 3}, 0.95) == 14400.0  # past the last bound: that bound
+    assert merge_buckets([{1.0: 1}, {1.0: 2, 5.0: 1}]) == {1.0: 3, 5.0: 1}
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        wait_percentile(histogram, 95)
+
+
+def test_wait_buckets_go_in_the_same_write_as_the_counts(registry: JobRegistry) -> None:
+    locks = CountingStore()
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container(), locks=locks)
+    manager.dispatch_many([jobs.Record(n) for n in range(50)])
+    assert Worker(manager, options=WorkerOptions(once=True, concurrency=4)).run().processed == 50
+    assert 1 <= locks.calls["tally_add"] <= 2  # once per minute written, whatever the buckets
+    rows = manager.throughput(minutes=2)
+    assert sum(sum(r.wait_buckets().values()) for r in rows) == 50
+
+
+def test_a_tally_field_of_another_version_is_passed_over(manager: QueueManager) -> None:
+    assert manager.locks is not None
+    with freeze_time("2026-03-01 12:00:30"):
+        fields = {"q|wait<=soon": 2, "q|wait<=1": 3, "q|processed": 3}
+        manager.locks.tally_add("throughput:main:1772366400", fields, 60)
+        (row,) = manager.throughput(minutes=1)
+    assert row.waits == {"q": {1.0: 3}} and row.by_queue == {"q": {"processed": 3}}

@@ -297,6 +297,9 @@ class BrokenStore(MemoryLockStore):
     def take(self, key: str, limit: int, per: float) -> float:
         raise ConnectionError("lock store down")
 
+    def take_many(self, key: str, n: int, limit: int, per: float, hold: float = 0.0) -> tuple[int, list[float]]:
+        raise ConnectionError("lock store down")
+
 
 def test_a_lock_store_that_fails_defers_the_job_never_runs_it_past_its_limit() -> None:
     manager, memory = build(Limited, locks=BrokenStore())

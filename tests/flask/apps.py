@@ -125,3 +125,26 @@ class TimedReport(Job):
     def failed(self, context: JobContext, error: BaseException) -> None:
         with SEEN_LOCK:
             SEEN.append({"label": "failed-hook", "app": current_app.name})
+
+
+@dataclass
+class Quiet(Job):
+    """Does nothing."""
+
+    NAME = "tests.flask.quiet"
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
+def fleet_app(**config: Any) -> tuple[Flask, QueueManager]:
+    """An app whose manager has a lock store: workers record themselves, queues can be paused."""
+    from rainier_sync.locks import MemoryLockStore
+
+    manager = QueueManager(
+        connections={"primary": MemoryQueue(reservation=30)},
+        registry=registry().with_job(Quiet),
+        container=Container(),
+        locks=MemoryLockStore(),
+    )
+    return make_app(manager=manager, authorize=lambda: True, **config)

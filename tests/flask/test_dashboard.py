@@ -5,18 +5,17 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from rainier_sync import Job, JobContext, QueueManager, WorkerOptions
+from rainier_sync import QueueManager, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import FlaskWorker
 from rainier_sync.flask.dashboard import CSRF_SESSION_KEY, ERROR_PREVIEW
 
-from .apps import Explode, RecordApp, fail_jobs, make_app, put_failed
+from .apps import Explode, Quiet, RecordApp, fail_jobs, fleet_app, make_app, put_failed
 
 SCRIPT = "<script>alert('owned')</script>"
 
@@ -490,9 +489,7 @@ def test_the_batches_page_lists_each_batch_with_its_progress_and_counts() -> Non
         memory(manager).drain()
         clock.tick(1)
         running = manager.batch([RecordApp(str(n)) for n in range(4)], name="import 42").dispatch()
-        [first] = memory(manager).reserve_many(["default"], 1)
-        with app.app_context():
-            FlaskWorker(app, options=WorkerOptions(once=True)).executor.run(first)
+        FlaskWorker(app, options=WorkerOptions(once=True, max_jobs=1)).run()  # one of the four, counted
         client = app.test_client()
         response = client.get("/queues/batches")
     page = response.get_data(as_text=True)
@@ -620,29 +617,6 @@ def test_a_lock_store_that_cannot_be_read_is_reported_on_the_batches_page() -> N
 
 
 # -- the Workers page ---------------------------------------------------------------------------
-@dataclass
-class Quiet(Job):
-    NAME = "tests.flask.quiet"
-
-    def handle(self, context: JobContext) -> None:
-        pass
-
-
-def fleet_app() -> tuple[Flask, QueueManager]:
-    from rainier_sync import Container
-    from rainier_sync.locks import MemoryLockStore
-
-    from .apps import registry
-
-    manager = QueueManager(
-        connections={"primary": MemoryQueue()},
-        registry=registry().with_job(Quiet),
-        container=Container(),
-        locks=MemoryLockStore(),
-    )
-    return make_app(manager=manager, authorize=lambda: True)
-
-
 def test_the_workers_page_lists_the_recorded_workers_and_charts_the_fleet() -> None:
     from freezegun import freeze_time
 
@@ -672,7 +646,7 @@ def test_the_workers_page_lists_the_recorded_workers_and_charts_the_fleet() -> N
     page = response.get_data(as_text=True)
     assert "<script" not in page and "<code>&lt;script&gt;alert(" in page
     assert "default-src 'none'" in response.headers["Content-Security-Policy"]
-    rows = re.findall(r'<tr class="worker" data-worker-id="([^"]+)">', page)
+    rows = re.findall(r'<tr class="worker" id="worker-[^"]+" data-worker-id="([^"]+)">', page)
     assert sorted(rows) == sorted([running.fleet.id, elsewhere.id])
     assert 'class="workers-total">2<' in page and "default, mail" in page and "5s ago" in page
     assert "RecordApp" not in page and "tests.flask.record-app" in page and "for 15s" in page

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -15,35 +14,6 @@ from rainier_sync import WorkerOptions
 from rainier_sync.flask import FlaskWorker
 
 from .apps import Explode, RecordApp, make_app
-
-
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
-def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[Any]:
-    if request.param == "sqlite":
-        from rainier_sync.drivers.database import DatabaseQueue
-
-        queue = DatabaseQueue.from_url(f"sqlite:///{tmp_path / 'jobs.sqlite3'}", reservation=30)
-        queue.migrate()
-        yield queue
-        queue.close()
-    elif request.param == "postgres":
-        from rainier_sync.drivers.database import DatabaseQueue
-        from tests.drivers.database.support import postgres_schema_url
-
-        queue = DatabaseQueue.from_url(postgres_schema_url(request), reservation=30)
-        queue._backend.execute("TRUNCATE rainier_jobs, rainier_failed_jobs, rainier_locks")
-        yield queue
-        queue.close()
-    else:
-        from rainier_sync.drivers import RedisQueue
-
-        prefix = f"rsflask:{uuid.uuid4().hex[:12]}:"
-        redis_queue = RedisQueue.from_url(request.getfixturevalue("redis_url"), prefix=prefix, reservation=30)
-        yield redis_queue
-        keys = list(redis_queue.client.scan_iter(match=prefix + "*", count=1000))
-        if keys:
-            redis_queue.client.delete(*keys)
-        redis_queue.close()
 
 
 def counts(client: FlaskClient, queue: str) -> dict[str, str]:
@@ -139,3 +109,56 @@ def test_an_unreadable_redis_entry_of_a_queue_with_a_slash_is_viewed_retried_and
         if keys:
             queue.client.delete(*keys)
         queue.close()
+
+
+@pytest.fixture(params=["sqs", "kafka"])
+def unlisted(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    """A driver that cannot list its jobs, on its real server, and a lock store when it needs one."""
+    if request.param == "sqs":
+        from rainier_sync.drivers.sqs import SqsQueue
+        from tests.services.moto import REGION, sqs_client_for, unique_queue_name
+
+        endpoint = request.getfixturevalue("sqs_endpoint")
+        client = sqs_client_for(endpoint)
+        urls = [client.create_queue(QueueName=unique_queue_name(name, False))["QueueUrl"] for name in ("q", "failed")]
+        sqs = SqsQueue(
+            urls[0], failed_queue_url=urls[1], endpoint=endpoint, region=REGION, key="testing", secret="testing"
+        )
+        yield sqs, None
+        sqs.close()
+        for url in urls:
+            client.delete_queue(QueueUrl=url)
+    else:
+        from rainier_sync.drivers import KafkaQueue
+        from rainier_sync.locks import RedisLockStore
+
+        tag = uuid.uuid4().hex[:10]
+        locks = RedisLockStore.from_url(request.getfixturevalue("redis_url"), prefix=f"rsflask:{tag}:")
+        brokers = request.getfixturevalue("kafka_brokers")
+        kafka = KafkaQueue(brokers, group=f"t-{tag}", topic_prefix=f"t-{tag}.", locks=locks)
+        yield kafka, locks
+        kafka.close()
+        keys = list(locks._client.scan_iter(match=f"rsflask:{tag}:*", count=1000))
+        if keys:
+            locks._client.delete(*keys)
+        locks.close()
+
+
+@pytest.mark.timeout(120)
+def test_sqs_and_kafka_say_why_their_jobs_are_counted_not_listed(unlisted: tuple[Any, Any]) -> None:
+    from rainier_sync import Container, QueueManager
+
+    from .apps import registry
+
+    driver, locks = unlisted
+    manager = QueueManager({"primary": driver}, registry=registry(), container=Container(), locks=locks)
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    job_id = manager.dispatch(RecordApp("counted"))
+    client = app.test_client()
+    page = client.get("/queues/primary/queues/default").get_data(as_text=True)
+    why = {"sqs": "visibility timeout", "kafka": "read by offset"}[driver.kind]
+    assert 'id="counts-only"' in page and why in page, page
+    assert re.search(r'data-state="ready">Ready\s*<span class="count">\d+</span>', page)
+    assert "listed-job" not in page and 'class="filter"' not in page
+    one = client.get(f"/queues/primary/jobs/{job_id}")
+    assert one.status_code == 404 and why in one.get_data(as_text=True)

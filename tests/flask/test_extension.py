@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import secrets
 import threading
+import time
 
 import pytest
 from flask import Flask
@@ -220,6 +222,22 @@ def test_queue_work_once_runs_jobs_in_the_app_context(caplog: pytest.LogCaptureF
     assert result.exit_code == 0, result.output
     assert "worker stopped: 1 processed, 0 released, 0 failed" in caplog.messages  # logged as rainier-sync logs it
     assert SEEN[0]["app"] == "cli_app"
+
+
+def test_queue_work_touches_its_health_file_and_queue_health_reads_it(tmp_path: pathlib.Path) -> None:
+    app, manager = make_app(name="cli_app")
+    manager.dispatch(RecordApp("cli"))
+    health = tmp_path / "worker.alive"
+    runner = app.test_cli_runner()
+    assert runner.invoke(args=["queue", "health", "--health-file", str(health)]).exit_code == 1
+    result = runner.invoke(args=["queue", "work", "--once", "--health-file", str(health)])
+    assert result.exit_code == 0, result.output
+    assert health.exists() and SEEN[0]["app"] == "cli_app"
+    probe = runner.invoke(args=["queue", "health", "--health-file", str(health), "--max-age", "60"])
+    assert probe.exit_code == 0 and "healthy: health file" in probe.output, probe.output
+    os.utime(health, (time.time() - 120, time.time() - 120))
+    stale = runner.invoke(args=["queue", "health", "--health-file", str(health), "--max-age", "60"])
+    assert stale.exit_code == 1 and "more than --max-age 60s" in stale.output, stale.output
 
 
 def test_queue_status_failed_retry_forget_reclaim() -> None:

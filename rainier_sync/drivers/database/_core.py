@@ -12,7 +12,7 @@ from ..._checks import check_number
 from ...types import QueuedJob
 from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
 from .backend import _Backend
-from .dialects import dialect_for
+from .dialects import dialect_for, job_row
 from .url import POSTGRESQL, SQLITE, DatabaseUrl
 
 log = logging.getLogger("rainier_sync")
@@ -25,7 +25,9 @@ class DatabaseCore(BaseQueue):
 
     driver = QueueDriver.DATABASE
     promises = Promises.of(QueueDriver.DATABASE)
-    capabilities = Capabilities(give_back=True, wakes=True, transactional_dispatch=True, migrations=True, listing=True)
+    capabilities = Capabilities(
+        give_back=True, wakes=True, transactional_dispatch=True, migrations=True, listing=True, hands_over=True
+    )
 
     def __init__(
         self,
@@ -66,6 +68,7 @@ class DatabaseCore(BaseQueue):
             combined_claim=claim == "skip_locked" or self.dialect == SQLITE,
             streaming_push=self.dialect == POSTGRESQL,
             listing=True,
+            hands_over=True,
         )
         if poll_interval is None:
             poll_interval = self._sql.poll_interval
@@ -113,6 +116,12 @@ class DatabaseCore(BaseQueue):
         if len(claimed) < len(jobs):  # not from reserve(): by job id (no index; an unusual call)
             return self._sql.by_ids([job.id for job in jobs])
         return self._sql.held([seq for seq, _ in claimed], sorted({token for _, token in claimed}))
+
+    def _insert_follow(self, cursor: Any, follow: Sequence[QueuedJob]) -> None:
+        """Insert the jobs a settled job hands over, in the transaction that settles it."""
+        insert = self._sql(self._sql.insert_one())
+        for queued in follow:
+            cursor.execute(insert, job_row(queued))
 
     def _wake_local(self) -> None:
         if self._waiters:

@@ -13,6 +13,7 @@ from ...types import ExceptionInfo, QueuedJob, encode
 from ..base import as_job_list
 from ._core import DatabaseCore, column_text, log
 from ._schema import CHANNEL, JOBS
+from .counting import CountItem, claim_counting, same_database
 from .url import SQLITE
 
 _COLUMNS = "seq, id, queue, name, body, attempts, priority, available_at"
@@ -285,6 +286,51 @@ class Claims(DatabaseCore):
         for start in range(0, len(jobs), 500):
             where, params = self._held(jobs[start : start + 500])
             self._worker.execute(f"DELETE FROM {JOBS} WHERE {where}", params)
+
+    # -- counting the jobs of batches with their acknowledgements (see .counting) ----------------
+    def counts_batches_of(self, store: Any) -> bool:
+        return same_database(self, store)
+
+    def acknowledge_counting(
+        self, done: Sequence[QueuedJob], counts: Sequence[CountItem], queues: Sequence[str], limit: int
+    ) -> tuple[list[QueuedJob], list[QueuedJob]]:
+        """On PostgreSQL's claim, acknowledge ``done``, count those of ``counts`` in
+        one statement with the next claim; a job of ``counts`` whose batch the round
+        could finish is left held, and returned, as every one is on the other paths."""
+        done = list(done)
+        if self.claim != "skip_locked" or not counts or len(done) > 500:
+            members = {id(item[0]) for item in counts}
+            rest = [job for job in done if id(job) not in members]
+            taken = self.acknowledge_and_reserve(rest, queues, limit) if rest or limit > 0 else []
+            return taken, [item[0] for item in counts]
+        by_seq = {item[0].receipt[0]: item[0] for item in counts}
+        queues = list(queues) if limit > 0 else []
+        first, most = (queues[0], limit) if queues else ("", 0)
+        rows, left = claim_counting(self, first, most, done, counts, _MOST_ATTEMPTS)
+        taken = self._decode_claimed(rows)
+        if queues[1:] and len(taken) < limit:
+            try:
+                taken.extend(self._reserve(queues[1:], limit - len(taken), ()))
+            except Exception:  # noqa: BLE001 - what is claimed is ours: hand it out
+                log.warning("claiming jobs failed; handing out the %d already claimed", len(taken), exc_info=True)
+        return taken, [by_seq[seq] for seq in left]
+
+    def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:
+        """Delete ``job``'s row and insert ``follow`` in one transaction, only when
+        the delete found the row still held by ``job``'s claim: a reservation that
+        lapsed and was claimed again leaves the hand-over to the run that holds it,
+        and a transaction sent again after its commit's reply was lost stores nothing."""
+        where, params = self._held([job])
+        delete = self._sql(f"DELETE FROM {JOBS} WHERE {where}")
+
+        def settle(cursor: Any) -> None:
+            cursor.execute(delete, params)
+            if cursor.rowcount == 1:
+                self._insert_follow(cursor, follow)
+
+        self._worker.transaction(settle)
+        if follow:
+            self._wake_local()
 
     def give_back(self, jobs: Sequence[QueuedJob]) -> None:
         """Unstarted jobs are free again at once, their attempt uncounted: one

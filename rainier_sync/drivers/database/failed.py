@@ -3,52 +3,79 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from ... import _clock
 from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info, decode, encode
 from ._core import DatabaseCore, column_text
 from ._schema import FAILED, JOBS
+from .counting import After, CountItem, settle_counting
 
 
 class FailedTable(DatabaseCore):
     """Failed jobs, each kept once by id, until retried or forgotten."""
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
+        return self._fail(job, error, ())
+
+    def fail_handing_over(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
+        """Move ``job`` to the failed store and insert ``follow`` in one transaction,
+        only when ``job`` was still there to move."""
+        return self._fail(job, error, follow)
+
+    def _fail(
+        self, job: QueuedJob, error: BaseException | str | ExceptionInfo, follow: Sequence[QueuedJob]
+    ) -> FailedJob:
         info = as_exception_info(error)
-        stored = replace(job, connection=self.connection, receipt=None)
         when: list[float] = []
+
+        def move(cursor: Any) -> None:
+            when[:] = [_clock.now()]
+            if self._move_failed(cursor, job, info, when[0]):
+                self._insert_follow(cursor, follow)
+
+        self._worker.transaction(move)
+        if follow:
+            self._wake_local()
+        return FailedJob.of(replace(job, connection=self.connection, receipt=None), info, when[0])
+
+    def settle_counting(self, settled: Sequence[tuple[CountItem, ExceptionInfo | None]], after: After) -> None:
+        """Remove each job's row (a failed one, with its error, to the failed store)
+        and count those removed in their batches, in one transaction (:mod:`.counting`)."""
+        settle_counting(self, settled, self._move_failed, after)
+
+    def _move_failed(self, cursor: Any, job: QueuedJob, info: ExceptionInfo, when: float) -> bool:
+        """In the caller's transaction: ``job``'s row to the failed store; False when
+        the row was not there to move."""
         where, params = self._held([job])
         if isinstance(job.receipt, tuple):
             # Ours, or lapsed and reclaimed but not claimed again: the attempt that
             # just failed was its last, so it leaves the jobs table either way.
             where = "seq = %s AND (token = %s OR reserved_at IS NULL)"
             params = list(job.receipt)
-
-        def move(cursor: Any) -> None:
-            when[:] = [_clock.now()]
-            cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE {where}"), tuple(params))
-            if cursor.rowcount == 0:
-                # Another worker claimed it again after our reservation lapsed (or it
-                # is gone): its run decides; a failed copy here would let a retry
-                # queue the job twice.
-                return
-            cursor.execute(
-                self._sql(self._sql.upsert_failed()),
-                (
-                    job.id,
-                    job.queue,
-                    job.name,
-                    stored.encode(),
-                    self._sql.error_column(info.error),
-                    encode(info.to_dict()),
-                    job.attempts,
-                    when[0],
-                ),
-            )
-
-        self._worker.transaction(move)
-        return FailedJob.of(stored, info, when[0])
+        cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE {where}"), tuple(params))
+        if cursor.rowcount == 0:
+            # Another worker claimed it again after our reservation lapsed (or it
+            # is gone): its run decides; a failed copy here would let a retry
+            # queue the job twice.
+            return False
+        stored = replace(job, connection=self.connection, receipt=None)
+        cursor.execute(
+            self._sql(self._sql.upsert_failed()),
+            (
+                job.id,
+                job.queue,
+                job.name,
+                stored.encode(),
+                self._sql.error_column(info.error),
+                encode(info.to_dict()),
+                job.attempts,
+                when,
+            ),
+        )
+        return True
 
     def _failed_from_row(self, row: tuple[Any, ...]) -> FailedJob:
         job_id, queue, name, body, error, exception, attempts, failed_at = row

@@ -8,6 +8,8 @@ what is shown crosses the wire.
 - ``delayed``: the delayed set's members due later, by due time.
 - ``reserved``: the reservations (``P<queue>:reserved``), by deadline.
 
+Each script reads one queue's keys (in its KEYS), so it runs in one slot on a cluster.
+
 An entry an idle worker's blocking read has just taken is in no state until
 that worker records its reservation, a moment later (one whose worker died
 first is put back by ``reclaim_expired`` once a reservation has passed).
@@ -87,15 +89,16 @@ class _Browsing(_RedisCore):
         plain, ascii_ = _both(folded(needle)) if needle is not None else ("", "")
         bound = max(1, int(self.listing_scan))
         self._sync()  # this process's acknowledgements first: a job done here is listed no more
+        keys = self.keys.queue_keys(queue)
         now = _num(_clock.now())  # one "now" for every call of the page
         cursor: list[Any] = ["", "", ""]
         skip, looked, items = offset, 0, list[Any]()
         while True:
             budget = CALL_BUDGET if needle is None else min(CALL_BUDGET, bound - looked)
-            args = (self.prefix, _GROUP, queue, state, now, skip, limit - len(items), plain, ascii_, budget, _PROMOTE)
+            args = (_GROUP, state, now, skip, limit - len(items), plain, ascii_, budget, _PROMOTE)
 
             def walk(args: tuple[Any, ...] = (*args, *cursor)) -> Any:
-                return self._scripts["browse"](args=args)
+                return self._run("browse", keys, list(args))
 
             reply: Any = self._call("list_jobs", walk)
             looked += int(reply[0])
@@ -122,11 +125,12 @@ class _Browsing(_RedisCore):
         self._sync()
         for queue in self.queue_names():
             cursor = ["reserved", "", "0"]
+            keys = self.keys.queue_keys(queue)
             while True:
-                args = (self.prefix, _GROUP, queue, needle, *cursor, CALL_BUDGET, needle2)
+                args = (_GROUP, needle, *cursor, CALL_BUDGET, needle2)
 
-                def look(args: tuple[Any, ...] = args) -> Any:
-                    return self._scripts["find"](args=args)
+                def look(args: tuple[Any, ...] = args, keys: list[str] = keys) -> Any:
+                    return self._run("find", keys, list(args))
 
                 reply: Any = self._call("find_job", look)
                 status = reply[0]

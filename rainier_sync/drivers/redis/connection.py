@@ -1,29 +1,48 @@
-"""Redis connections for the driver and the lock store: clients that never retry
-on their own, the driver's own retry policy, and the settings' checks."""
+"""Redis connections for the driver and the lock store: the driver's own retry
+policy (its clients never retry on their own), and the settings' checks."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..._checks import check_number
 from ...errors import ConfigurationError, DriverUnavailableError, PayloadError, RedisUnavailableError
 
 try:
     import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
+    from redis.exceptions import (
+        AskError,
+        ClusterDownError,
+        MovedError,
+        ReadOnlyError,
+        SlotNotCoveredError,
+        TryAgainError,
+    )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise DriverUnavailableError("the Redis driver needs redis-py: pip install 'rainier_sync[redis]'") from error
 
-_SCHEMES = ("redis://", "rediss://", "unix://")
-
+if TYPE_CHECKING:
+    from .topology import _Topology
 
 _T = TypeVar("_T")
 
-#: What a connection that is broken, refused or timed out raises.
-_BROKEN = (redis.ConnectionError, redis.TimeoutError, OSError)
+#: What a connection that is broken, refused or timed out raises; also a server
+#: that is no longer the master (READONLY), and a cluster between two slot maps.
+_BROKEN = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    OSError,
+    ReadOnlyError,
+    TryAgainError,
+    ClusterDownError,
+    SlotNotCoveredError,
+)
+#: A cluster node saying another serves the key: nothing ran.
+_REDIRECTED = (MovedError, AskError)
+#: Redirections followed before a command is given up.
+_REDIRECTS = 8
 #: What redis-py raises for a value it cannot send (a lone surrogate, a type it does not know).
 _BAD_DATA = (redis.DataError, UnicodeEncodeError)
 
@@ -46,6 +65,7 @@ def _retrying(
     what: str,
     attempt: Callable[[], _T],
     broken: Callable[[], None] | None = None,
+    topology: _Topology | None = None,
 ) -> _T:
     """Run ``attempt``, again after a broken connection as ``policy`` allows.
 
@@ -53,14 +73,36 @@ def _retrying(
     carry ("now", a reservation's deadline) are those of the try that reaches the
     server, not of one made before a wait for it. Redis out of reach raises
     :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError.
+
+    A server that answers READONLY (a master demoted under us) counts as a broken
+    connection: the next try resolves the master again. A cluster's redirection
+    (MOVED, ASK) ran nothing: the slot map is read again and the command sent to
+    the node now named, a few times whatever ``policy`` says.
     """
-    failures = 0
+    failures = redirects = 0
     while True:
+        if topology is not None:
+            topology.check()
         try:
             return attempt()
+        except _REDIRECTED as exc:
+            if broken is not None:
+                broken()
+            redirects += 1
+            if redirects > _REDIRECTS:
+                raise RedisUnavailableError(
+                    f"{named()}: {what} failed: redirected {redirects} times, the last: {exc}"
+                ) from exc
+            if topology is not None:
+                topology.refresh()
+            time.sleep(0.0 if redirects == 1 else min(0.5, 0.025 * 2**redirects))
         except _BROKEN as exc:
             if broken is not None:
                 broken()
+            if topology is not None:
+                if isinstance(exc, ReadOnlyError):
+                    topology.readonly()
+                topology.refresh()
             failures += 1
             if failures > policy.retries:
                 tries = f" ({failures} tries)" if failures > 1 else ""
@@ -98,35 +140,6 @@ def _connection_settings(
     return connect_timeout, response_timeout, policy
 
 
-def _client(url: str, connect_timeout: float | None, response_timeout: float | None, name: str | None) -> redis.Redis:
-    """A client whose connections never retry on their own: the driver retries, with
-    the arguments built again for each try."""
-    pool = redis.ConnectionPool.from_url(
-        url,
-        protocol=2,
-        decode_responses=False,
-        socket_connect_timeout=connect_timeout,
-        socket_timeout=response_timeout,
-        retry=Retry(NoBackoff(), 0),
-        client_name=name,
-    )
-    client = redis.Redis(connection_pool=pool)
-    client.auto_close_connection_pool = True
-    return client
-
-
-def _where(client: redis.Redis) -> str:
-    kwargs = client.connection_pool.connection_kwargs
-    where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-    return f"{where}/{kwargs.get('db', 0)}"
-
-
 def _ours(old: Any, owner: str) -> bool:
     """After ``SET … NX GET``: set now (nothing was there), or already held by ``owner``."""
     return old is None or (old.decode() if isinstance(old, bytes) else old) == owner
-
-
-def _check_url(owner: str, url: Any) -> str:
-    if not isinstance(url, str) or not url.startswith(_SCHEMES):
-        raise ConfigurationError(f"{owner} url must start with redis://, rediss:// or unix://, got {url!r}")
-    return url

@@ -1,10 +1,12 @@
 """The Redis driver's client, settings and the connections its scripts run on.
 
 The worker's owning loop acknowledges a batch and then reserves the next; both
-go on one dedicated connection (the loop connection) and the acknowledgement's
-reply is read with the reservation's, so the pair costs one round trip.
-Producers pipeline their pushes on a connection of their own. Both are
-forgotten in a forked child, so a socket is never shared across processes.
+go on one dedicated connection per server (the loop's line) and the
+acknowledgement's reply is read with the reservation's, so the pair costs one
+round trip. Producers pipeline their pushes on a connection of their own per
+server. All are forgotten in a forked child, so a socket is never shared
+across processes. On one server (or under Sentinel) there is one server; on a
+cluster, each node serving a queue's slot has its own line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ... import _clock
@@ -23,18 +25,25 @@ from ..._checks import check_number
 from ...errors import ConfigurationError, DriverUnavailableError
 from ...types import ExceptionInfo, QueuedJob
 from ..base import BaseQueue
-from .connection import _Reconnect, _retrying, _where
+from .connection import _REDIRECTED, _Reconnect, _retrying
+from .keys import _Keys
 from .scripts import SOURCES as _SOURCES
+from .scripts import Script
+from .topology import _Topology
 from .wire import _GROUP, _entry_job, _failed_record, _num, _raw_fields, _receipt, _unreadable
 
 try:
     import redis
+    from redis.exceptions import ReadOnlyError, TryAgainError
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise DriverUnavailableError("the Redis driver needs redis-py: pip install 'rainier_sync[redis]'") from error
 
 log = logging.getLogger("rainier_sync")
 
 _T = TypeVar("_T")
+
+#: Replies to a call that did not run and is to be sent again (after the line is dropped).
+_AGAIN = (*_REDIRECTED, ReadOnlyError, TryAgainError, redis.exceptions.ClusterDownError)
 
 
 def _drop_if_closed(conn: Any) -> None:
@@ -51,12 +60,37 @@ def _consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+class _Call:
+    """One script call: its name, keys and arguments (sent again as they are
+    when its outcome is unknown; the first key says where it goes)."""
+
+    __slots__ = ("name", "keys", "args")
+
+    def __init__(self, name: str, keys: list[str], args: list[Any]) -> None:
+        self.name = name
+        self.keys = keys
+        self.args = args
+
+
+class _Line:
+    """A connection of the driver's own to one server, and the deferred calls
+    sent on it whose replies are still to be read."""
+
+    __slots__ = ("pool", "conn", "sent", "generation")
+
+    def __init__(self, pool: Any, conn: Any, generation: int) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.sent: collections.deque[_Call] = collections.deque()
+        self.generation = generation
+
+
 class _RedisCore(BaseQueue):
     """The client, the settings, and running scripts on the loop and producer connections."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Any,
         prefix: str = "rainier:queue:",
         reservation: float = 90,
         *,
@@ -66,37 +100,86 @@ class _RedisCore(BaseQueue):
         if not isinstance(prefix, str) or not prefix or not prefix.isprintable():
             raise ConfigurationError(f"redis connection: prefix must be a non-empty printable string, got {prefix!r}")
         check_number("redis connection: reservation", reservation, unit="seconds")
-        self._client = client
-        self.prefix = prefix
+        self._topology = client if isinstance(client, _Topology) else _Topology.of(client)
+        self.prefix = prefix  # and with it, the key names
         self.reservation: float = float(reservation)
         #: This process's name in the consumer group (also its connections' client name).
         self.consumer = consumer or _consumer_name()
-        self._scripts = {name: client.register_script(source) for name, source in _SOURCES.items()}
+        self._scripts = {name: Script(name, source) for name, source in _SOURCES.items()}
         self._streams_read: set[tuple[str, bytes]] = set()
-        # ``_sent``: acknowledgements on the loop connection whose replies are unread;
-        # ``_redo``: ones whose outcome is unknown, sent again before anything else.
+        #: Queues this process added to the queues set itself (on a cluster, where no script can).
+        self._registered: set[str] = set()
+        # ``line.sent``: calls on a loop line whose replies are unread; ``_redo``:
+        # ones whose outcome is unknown, sent again before anything else.
         self._loop_lock = threading.RLock()
-        self._loop_conn: Any = None
-        self._sent: collections.deque[tuple[str, list[Any]]] = collections.deque()
-        self._redo: list[tuple[str, list[Any]]] = []
+        self._lines: dict[str, _Line] = {}
+        self._redo: list[_Call] = []
         self._policy = _Reconnect(3, 1.0) if reconnect else _Reconnect()
         self._push_lock = threading.Lock()
-        self._push_conn: Any = None
+        self._push_lines: dict[str, _Line] = {}
         self._pid = os.getpid()
 
     @property
-    def client(self) -> redis.Redis:
-        """The redis-py client this queue talks through."""
-        return self._client
+    def prefix(self) -> str:
+        """What every key of this queue starts with."""
+        return self.keys.prefix
+
+    @prefix.setter
+    def prefix(self, prefix: str) -> None:
+        self.keys = _Keys(prefix, self._topology.cluster)  # the key names (tagged per queue on a cluster)
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client this queue talks through (a ``RedisCluster`` on a cluster)."""
+        return self._topology.client
+
+    @property
+    def _client(self) -> Any:
+        return self._topology.client
+
+    @property
+    def cluster(self) -> bool:
+        """Whether this queue is on a Redis Cluster."""
+        return self._topology.cluster
 
     def describe(self) -> str:
-        return f"redis {_where(self._client)} prefix={self.prefix!r}"
+        return f"redis {self._topology.describe()} prefix={self.prefix!r}"
 
     def _named(self) -> str:
         return f"redis connection {self.connection!r} ({self.describe()})"
 
     def _call(self, what: str, attempt: Callable[[], _T], broken: Callable[[], None] | None = None) -> _T:
-        return _retrying(self._policy, self._named, what, attempt, broken)
+        return _retrying(self._policy, self._named, what, attempt, broken, self._topology)
+
+    def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run script ``name`` through the client (EVALSHA, by its text when not cached)."""
+        client, script = self._client, self._scripts[name]
+        try:
+            return client.evalsha(script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.eval(script.text, len(keys), *keys, *args)
+
+    def _register(self, queues: Sequence[str]) -> None:
+        """On a cluster, add ``queues`` to the queues set before their first job (once per process)."""
+        if not self.cluster:
+            return
+        new = sorted(set(queues) - self._registered)
+        if new:
+            self._call("dispatch", lambda: self._client.sadd(self.keys.queues(), *new))
+            self._registered.update(new)
+
+    def _queue_list(self) -> list[str]:
+        names: Any = self._call("queue_names", lambda: self._client.smembers(self.keys.queues()))
+        listed = {name.decode() for name in names}
+        # on a cluster, the queues set lives on one node: what this process knows of counts too
+        return sorted(listed | self._registered | {queue for queue, _ in self._streams_read})
+
+    def _by_slot(self, items: Sequence[_T], queue_of: Callable[[_T], str]) -> list[list[_T]]:
+        """``items`` in groups a script call may take together (every one on one server; per queue on a cluster)."""
+        groups: dict[str, list[_T]] = {}
+        for item in items:
+            groups.setdefault(self.keys.slot(queue_of(item)), []).append(item)
+        return list(groups.values())
 
     # -- fork detection ------------------------------------------------------------
     def _after_fork(self) -> None:
@@ -109,21 +192,22 @@ class _RedisCore(BaseQueue):
 
     def _forked(self) -> None:
         """Reset what a child process must not share with its parent (extended by the parts)."""
-        self._loop_conn = self._push_conn = None
-        self._sent.clear()
+        self._lines = {}
+        self._push_lines = {}
         self._redo.clear()
         self._loop_lock = threading.RLock()
         self._push_lock = threading.Lock()
+        self._topology.forked()
 
-    # -- the owning loop's connection ------------------------------------------------
-    def _stamped(self, script: str, args: list[Any]) -> list[Any]:
-        """``args`` as sent now: an ``adopt`` gets its deadline from this moment."""
-        if script == "adopt":
-            args[3] = _num(_clock.now() + self.reservation)
-        return args
+    # -- the owning loop's lines -------------------------------------------------------
+    def _stamped(self, call: _Call) -> list[Any]:
+        """``call``'s arguments as sent now: an ``adopt`` gets its deadline from this moment."""
+        if call.name == "adopt":
+            call.args[2] = _num(_clock.now() + self.reservation)
+        return call.args
 
-    def _send_deferred(self, calls: list[tuple[str, list[Any]]]) -> None:
-        """Send script calls on the loop connection without waiting: their replies are
+    def _send_deferred(self, calls: list[_Call]) -> None:
+        """Send script calls on the loop lines without waiting: their replies are
         read before the next reply wanted there, and a call whose outcome is unknown is
         made again (each is harmless to repeat)."""
         self._after_fork()
@@ -134,121 +218,160 @@ class _RedisCore(BaseQueue):
             finally:
                 self._redo.extend(unsent)  # never sent: the next operation sends them
 
-    def _send_on_loop(self, unsent: collections.deque[tuple[str, list[Any]]]) -> None:
-        conn = self._loop_connection()
+    def _send_on_loop(self, unsent: collections.deque[_Call]) -> None:
+        self._fresh_lines()
         if self._redo:
-            self._redo_acks(conn)
+            self._redo_calls()
         while unsent:
             # EVAL, not EVALSHA: a reply nobody may read before the process
             # exits must not be NOSCRIPT (a fresh server, a failover, SCRIPT FLUSH)
-            name, call_args = unsent[0]
-            conn.send_command("EVAL", _SOURCES[name], 0, *self._stamped(name, call_args))
-            self._sent.append(unsent.popleft())
+            call = unsent[0]
+            line = self._line(call.keys[0])
+            line.conn.send_command("EVAL", _SOURCES[call.name], len(call.keys), *call.keys, *self._stamped(call))
+            line.sent.append(unsent.popleft())
 
-    def _loop_connection(self) -> Any:
-        """The loop connection, connected: the arguments about to be built must be
-        taken after any wait for a connection."""
-        conn = self._loop_conn
-        if conn is None:
-            conn = self._loop_conn = self._client.connection_pool.get_connection()
-        elif not self._sent:
-            _drop_if_closed(conn)
-        if conn._sock is None:
-            conn.connect()
-        return conn
+    def _fresh_lines(self) -> None:
+        """Drop lines opened before the sentinels announced a new master; what was
+        sent on them unconfirmed goes again, to the new one."""
+        generation = self._topology.generation
+        for name, line in list(self._lines.items()):
+            if line.generation != generation:
+                self._drop_line(name)
+
+    def _line(self, key: str) -> _Line:
+        """The loop line to the server holding ``key``, connected: the arguments about
+        to be built must be taken after any wait for a connection."""
+        name, pool = self._topology.route(key)
+        line = self._lines.get(name)
+        if line is not None and line.pool is not pool:
+            self._drop_line(name)  # the node was replaced in the slot map
+            line = None
+        if line is None:
+            line = self._lines[name] = _Line(pool, pool.get_connection(), self._topology.generation)
+        elif not line.sent:
+            _drop_if_closed(line.conn)
+        if line.conn._sock is None:
+            line.conn.connect()
+        return line
+
+    def _drop_line(self, name: str) -> None:
+        line = self._lines.pop(name)
+        self._redo.extend(line.sent)
+        line.sent.clear()
+        line.conn.disconnect()
+        line.pool.release(line.conn)
 
     def _loop_broken(self) -> None:
-        """The loop connection failed: drop it; acknowledgements not confirmed go again."""
-        conn, self._loop_conn = self._loop_conn, None
-        self._redo.extend(self._sent)
-        self._sent.clear()
-        if conn is not None:
-            conn.disconnect()
-            self._client.connection_pool.release(conn)
+        """A loop line failed: drop them all; calls not confirmed go again."""
+        for name in list(self._lines):
+            self._drop_line(name)
 
-    def _read_acks(self, conn: Any) -> None:
-        """Read the replies of acknowledgements sent earlier (in order, before any later reply)."""
-        while self._sent:
+    def _read_sent(self, line: _Line) -> None:
+        """Read the replies of calls sent earlier on ``line`` (in order, before any later reply)."""
+        while line.sent:
             try:
-                conn.read_response()
+                line.conn.read_response()
+            except _AGAIN:
+                raise  # it did not run: the line is dropped and the call goes again
             except redis.ResponseError:
-                # OOM under noeviction, a replica that became read-only...: sent again by the next operation
-                self._redo.append(self._sent.popleft())
+                # OOM under noeviction...: sent again by the next operation
+                self._redo.append(line.sent.popleft())
                 continue
-            self._sent.popleft()
+            line.sent.popleft()
 
-    def _redo_acks(self, conn: Any) -> None:
+    def _redo_calls(self) -> None:
         """Send again, one at a time, the deferred calls whose outcome is unknown."""
-        self._read_acks(conn)
         while self._redo:
-            name, args = self._redo[0]
-            conn.send_command("EVAL", _SOURCES[name], 0, *self._stamped(name, args))
-            conn.read_response()
+            call = self._redo[0]
+            line = self._line(call.keys[0])
+            self._read_sent(line)
+            line.conn.send_command("EVAL", _SOURCES[call.name], len(call.keys), *call.keys, *self._stamped(call))
+            line.conn.read_response()
             self._redo.pop(0)
 
+    def _confirm(self) -> None:
+        self._fresh_lines()
+        for line in list(self._lines.values()):
+            self._read_sent(line)
+        self._redo_calls()
+
     def _sync(self) -> None:
-        """Confirm every acknowledgement sent so far (called before other operations, to keep order)."""
+        """Confirm every call sent so far (called before other operations, to keep order)."""
         self._after_fork()
-        if not self._sent and not self._redo:
+        if not self._redo and not any(line.sent for line in self._lines.values()):
             return
         with self._loop_lock:
-            self._call("acknowledge", lambda: self._redo_acks(self._loop_connection()), self._loop_broken)
+            self._call("acknowledge", self._confirm, self._loop_broken)
 
-    def _on_loop_connection(self, script: str, args: Callable[[], list[Any]]) -> Any:
-        """Run ``script`` on the loop connection, reading unread acknowledgement replies
-        on the way; ``args`` builds its arguments as it is sent, again for each try."""
+    def _on_loop_connection(self, script: str, keys: list[str], args: Callable[[], list[Any]]) -> Any:
+        """Run ``script`` on the loop line of the server holding ``keys``, reading unread
+        replies there on the way; ``args`` builds its arguments as it is sent, again for each try."""
         self._after_fork()
         with self._loop_lock:
-            return self._call(script, lambda: self._on_loop(script, args), self._loop_broken)
+            return self._call(script, lambda: self._on_loop(script, keys, args), self._loop_broken)
 
-    def _on_loop(self, script: str, args: Callable[[], list[Any]]) -> Any:
-        conn = self._loop_connection()
+    def _on_loop(self, script: str, keys: list[str], args: Callable[[], list[Any]]) -> Any:
+        self._fresh_lines()
         if self._redo:
-            self._redo_acks(conn)
-        conn.send_command("EVALSHA", self._scripts[script].sha, 0, *args())
-        self._read_acks(conn)
+            self._redo_calls()
+        line = self._line(keys[0])
+        conn = line.conn
+        conn.send_command("EVALSHA", self._scripts[script].sha, len(keys), *keys, *args())
+        self._read_sent(line)
         try:
             return conn.read_response()
         except redis.exceptions.NoScriptError:
             pass
         # not cached (a fresh server, a failover, SCRIPT FLUSH): by its text, which caches it
-        conn.send_command("EVAL", _SOURCES[script], 0, *args())
+        conn.send_command("EVAL", _SOURCES[script], len(keys), *keys, *args())
         return conn.read_response()
 
-    # -- the producers' connection -----------------------------------------------------
-    def _on_push_connection(self, script: str, calls: list[list[Any]]) -> None:
-        """Run ``script`` once per argument list in ``calls`` (each with "now" second,
-        filled in as it is sent), pipelined on the producers' own connection: a
+    # -- the producers' lines -----------------------------------------------------------
+    def _on_push_connection(self, script: str, calls: list[_Call]) -> None:
+        """Run ``script`` once per call (each with "now" first in its arguments, filled
+        in as it is sent), pipelined on the producers' own connection to each server: a
         dispatch skips the pool's checkout (a third of its cost). A second thread
-        dispatching meanwhile takes a pooled connection instead."""
+        dispatching meanwhile takes pooled connections instead."""
         self._after_fork()
+        pending = list(calls)
         if self._push_lock.acquire(blocking=False):
             try:
-                self._call("dispatch", lambda: self._push_on(self._push_connection(), script, calls))
+                self._call("dispatch", lambda: self._push(script, pending, own=True))
             finally:
                 self._push_lock.release()
             return
-        pool = self._client.connection_pool
+        self._call("dispatch", lambda: self._push(script, pending, own=False))
 
-        def borrowed() -> None:
+    def _push(self, script: str, pending: list[_Call], own: bool) -> None:
+        groups: dict[str, tuple[Any, list[_Call]]] = {}
+        for call in pending:
+            name, pool = self._topology.route(call.keys[0])
+            groups.setdefault(name, (pool, []))[1].append(call)
+        for name, (pool, calls) in groups.items():
+            if own:
+                self._push_on(self._push_connection(name, pool), script, calls, pending)
+                continue
             conn = pool.get_connection()
             try:
-                self._push_on(conn, script, calls)
+                self._push_on(conn, script, calls, pending)
             finally:
                 pool.release(conn)
 
-        self._call("dispatch", borrowed)
-
-    def _push_connection(self) -> Any:
-        conn = self._push_conn
-        if conn is None:
-            conn = self._push_conn = self._client.connection_pool.get_connection()
+    def _push_connection(self, name: str, pool: Any) -> Any:
+        line = self._push_lines.get(name)
+        if line is not None and (line.pool is not pool or line.generation != self._topology.generation):
+            del self._push_lines[name]
+            line.conn.disconnect()
+            line.pool.release(line.conn)
+            line = None
+        if line is None:
+            line = self._push_lines[name] = _Line(pool, pool.get_connection(), self._topology.generation)
         else:
-            _drop_if_closed(conn)
-        return conn
+            _drop_if_closed(line.conn)
+        return line.conn
 
-    def _push_on(self, conn: Any, script: str, pending: list[list[Any]]) -> None:
-        """Send every call in ``pending``, then read every reply. A call leaves
+    def _push_on(self, conn: Any, script: str, calls: list[_Call], pending: list[_Call]) -> None:
+        """Send every call in ``calls``, then read every reply. A call leaves
         ``pending`` once its reply is read, so a retry sends only the unanswered
         ones; every reply is read, also after an error, since one left unread would
         be taken by the next dispatch on this connection as its own."""
@@ -257,29 +380,34 @@ class _RedisCore(BaseQueue):
         command: tuple[str, str] = ("EVALSHA", self._scripts[script].sha)
         error: redis.ResponseError | None = None
         try:
-            while pending:
+            todo = calls
+            while todo:
                 now = _num(_clock.now())
-                for args in pending:
-                    args[1] = now
-                    conn.send_command(*command, 0, *args)
-                unloaded: list[list[Any]] = []
-                answered = 0
-                try:
-                    for args in pending:
-                        try:
-                            conn.read_response()
-                        except redis.exceptions.NoScriptError:
-                            unloaded.append(args)
-                        except redis.ResponseError as exc:
-                            error = error or exc
-                        answered += 1
-                finally:
-                    pending[:answered] = unloaded
-                if pending:  # not cached (a fresh server, SCRIPT FLUSH): by its text
-                    command = ("EVAL", _SOURCES[script])
+                for call in todo:
+                    call.args[0] = now
+                    conn.send_command(*command, len(call.keys), *call.keys, *call.args)
+                unloaded: list[_Call] = []
+                for call in todo:
+                    try:
+                        conn.read_response()
+                    except redis.exceptions.NoScriptError:
+                        unloaded.append(call)
+                        continue
+                    except _AGAIN as exc:  # it did not run: still pending, for the next try
+                        error = error if error is not None and not isinstance(error, _AGAIN) else exc
+                        continue
+                    except redis.ResponseError as exc:
+                        if error is None or isinstance(error, _AGAIN):
+                            error = exc
+                    pending.remove(call)
+                todo = unloaded
+                # not cached (a fresh server, SCRIPT FLUSH): by its text
+                command = ("EVAL", _SOURCES[script])
         except BaseException:
             conn.disconnect()  # with any reply on it unread
             raise
+        if isinstance(error, ReadOnlyError):
+            conn.disconnect()  # a replica now: the next try connects afresh (resolving the name again)
         if error is not None:
             raise error
 
@@ -320,9 +448,9 @@ class _RedisCore(BaseQueue):
         def args() -> list[Any]:
             now = _clock.now()
             record = _failed_record(job, info, now, raw)
-            return [self.prefix, _GROUP, queue, band, entry, failed_id, record, _num(now), "0"]
+            return [_GROUP, band, entry, failed_id, record, _num(now), "0"]
 
-        self._on_loop_connection("fail", args)
+        self._on_loop_connection("fail", self._fail_keys(queue, band), args)
         log.error("queue %r: discarded unreadable stream entry %s: %s", queue, entry.decode(), info.error)
         self.announce_discarded(info, raw)
 
@@ -332,18 +460,30 @@ class _RedisCore(BaseQueue):
             return
         delay = max(0.0, float(delay))
 
+        keys, queue = self.keys, receipt.queue
+        release_keys = [
+            keys.stream(queue, receipt.band),
+            keys.reserved(queue),
+            keys.bands(queue),
+            keys.delayed(queue),
+            keys.wake_sent(queue),
+        ]
+
         def args() -> list[Any]:
             now = _clock.now()
             return [
-                self.prefix,
                 _GROUP,
-                receipt.queue,
                 receipt.band,
                 receipt.entry,
                 _num(now),
                 _num(now + delay),
                 str(attempts),
                 receipt.body,
+                keys.channel(),
             ]
 
-        self._on_loop_connection("release", args)
+        self._on_loop_connection("release", release_keys, args)
+
+    def _fail_keys(self, queue: str, band: bytes) -> list[str]:
+        keys = self.keys
+        return [keys.stream(queue, band), keys.reserved(queue), keys.failed(queue), keys.failed_index(queue)]

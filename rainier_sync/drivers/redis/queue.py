@@ -1,6 +1,7 @@
 """The Redis driver: streams read through one consumer group.
 
-Keys, under the connection's ``prefix`` ``P``:
+Keys, under the connection's ``prefix`` ``P`` (on Redis Cluster, ``P{<queue>}:…``
+instead of ``P<queue>:…``, and the failed store per queue: see :mod:`.keys`):
 
 - ``P<queue>:ready:<priority>``: a stream per priority band of a queue; the
   consumer group ``rainier`` hands its entries out, each worker process a named
@@ -19,10 +20,13 @@ driver retries itself (its connections never do), so a reservation that waited
 out an outage is not recorded as already lapsed.
 
 The parts: :mod:`.wire` (how jobs, entries and records are written and read),
-:mod:`.core` (the client and the connections scripts run on), :mod:`.reading`
-(idle waits: wake-up notifications and blocking reads), :mod:`.session` (an
-owning loop's consumer operations), :mod:`.failed` (the failed store) and
-:mod:`.browse` (listing the jobs stored); :class:`RedisQueue` composes them.
+:mod:`.keys` (the key names), :mod:`.targets` and :mod:`.topology` (what a URL
+points at: one server, Sentinel, a cluster; where a key's commands go),
+:mod:`.core` (the client and the connections scripts run on), :mod:`.wakeups`
+and :mod:`.reading` (idle waits: wake-up notifications and blocking reads),
+:mod:`.session` (an owning loop's consumer operations), :mod:`.failed` (the
+failed store) and :mod:`.browse` (listing the jobs stored); :class:`RedisQueue`
+composes them.
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ from ...types import (
 )
 from ..base import Capabilities, Promises, QueueDriver, as_job_list
 from .browse import _Browsing
-from .connection import _check_url, _client, _connection_settings
-from .core import _consumer_name
+from .connection import _connection_settings
+from .core import _Call, _consumer_name
 from .failed import _FailedStore
 from .reading import _IdleReading
 from .session import RedisSession
+from .targets import _target
+from .topology import _Topology
 from .wire import _CHUNK, _GROUP, _PROMOTE, _blob, _num, _push_args, _receipt, _record
 
 try:
@@ -66,7 +72,8 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
     Fast, and it can lose an accepted job (snapshot persistence, asynchronous
     replication, eviction): see the Redis driver's documentation before
     choosing it. Build it with :meth:`from_url`, or hand it a ``redis.Redis``
-    client (``protocol=2``, ``decode_responses=False``).
+    client (``protocol=2``, ``decode_responses=False``; one from a Sentinel's
+    ``master_for`` too) or a ``redis.cluster.RedisCluster``.
     """
 
     driver = QueueDriver.REDIS
@@ -78,7 +85,7 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
     @classmethod
     def from_url(
         cls,
-        url: str,
+        url: str | None,
         prefix: str = "rainier:queue:",
         reservation: float = 90,
         connect_timeout_ms: float | None = None,
@@ -86,8 +93,17 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
         reconnect: bool = False,
         reconnect_attempts: int | None = None,
         reconnect_max_backoff_ms: float | None = None,
+        *,
+        sentinels: Sequence[str] | str | None = None,
+        service_name: str | None = None,
     ) -> RedisQueue:
         """Build a queue on ``url`` (``redis://host:port/db``: the database index is the queue's own).
+
+        ``redis+sentinel://h1:26379,h2:26379/SERVICE/DB`` is the master the
+        sentinels name for ``SERVICE`` (followed through a failover), and
+        ``redis+cluster://h1:7000,h2:7001`` a Redis Cluster. ``sentinels``
+        (``host:port`` each) and ``service_name`` say the same as the first form;
+        ``url`` then gives at most the database and credentials (``redis:///1``).
 
         ``connect_timeout_ms`` bounds opening a connection and ``response_timeout_ms``
         each reply; both unbounded unless given. With ``reconnect`` a command that
@@ -98,7 +114,7 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
         without ``reconnect`` the first, it raises :class:`RedisUnavailableError`
         naming the connection (the worker reports it as ``queue_operation_failed``).
         """
-        _check_url("redis connection", url)
+        target = _target("redis connection", url, sentinels, service_name)
         connect_timeout, response_timeout, policy = _connection_settings(
             "redis connection",
             connect_timeout_ms,
@@ -108,8 +124,8 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
             reconnect_max_backoff_ms,
         )
         consumer = _consumer_name()
-        client = _client(url, connect_timeout, response_timeout, f"rainier-queue-{consumer}")
-        queue = cls(client, prefix=prefix, reservation=reservation, consumer=consumer, reconnect=reconnect)
+        topology = _Topology(target, connect_timeout, response_timeout, f"rainier-queue-{consumer}")
+        queue = cls(topology, prefix=prefix, reservation=reservation, consumer=consumer, reconnect=reconnect)
         queue._policy = policy
         return queue
 
@@ -119,18 +135,39 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
 
     # -- producing -------------------------------------------------------------
     def push(self, job: QueuedJob) -> str:
-        self._on_push_connection("push_one", [[self.prefix, None, *_push_args(job)]])
+        args = _push_args(job)  # refuses what cannot be stored before anything is sent
+        queue, keys = job.queue, self.keys
+        names = [keys.bands(queue), keys.delayed(queue), keys.wake_sent(queue)]
+        if self.cluster:
+            self._register([queue])
+        else:
+            names.append(keys.queues())
+        self._on_push_connection("push_one", [_Call("push_one", names, [None, *args, keys.channel()])])
         return job.id
 
     def push_many(self, jobs: Sequence[QueuedJob]) -> list[str]:
-        """Store ``jobs`` in one pipeline (one script call per thousand jobs)."""
+        """Store ``jobs`` in one pipeline (one script call per thousand jobs; on a
+        cluster, per thousand jobs of one queue)."""
         if not jobs:
             return []
-        chunks: list[list[Any]] = [
-            [self.prefix, None, _blob(jobs[start : start + _CHUNK])] for start in range(0, len(jobs), _CHUNK)
-        ]
-        self._on_push_connection("push", chunks)
+        calls: list[_Call] = []
+        for group in self._by_slot(jobs, lambda job: job.queue):
+            for start in range(0, len(group), _CHUNK):
+                calls.append(self._push_call(group[start : start + _CHUNK]))
+        self._register([job.queue for job in jobs])
+        self._on_push_connection("push", calls)
         return [job.id for job in jobs]
+
+    def _push_call(self, jobs: Sequence[QueuedJob]) -> _Call:
+        blob = _blob(jobs)
+        keys = self.keys
+        queues = list(dict.fromkeys(job.queue for job in jobs))
+        names = [keys.wake_sent(queues[0])]
+        if not self.cluster:
+            names.append(keys.queues())
+        for queue in queues:
+            names += [keys.bands(queue), keys.delayed(queue)]
+        return _Call("push", names, [None, keys.channel(), "0" if self.cluster else "1", *queues, blob])
 
     # -- consuming -------------------------------------------------------------
     def acknowledge(self, job: QueuedJob) -> None:
@@ -145,19 +182,22 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
                 streams.setdefault((receipt.queue, receipt.band), []).append(receipt.entry)
         if not streams:
             return
-        calls: list[list[Any]] = []
-        args: list[Any] = [self.prefix, _GROUP]
-        count = 0
-        for (queue, band), ids in streams.items():
-            for start in range(0, len(ids), _CHUNK):
-                part = ids[start : start + _CHUNK]
-                if count + len(part) > _CHUNK and count:
-                    calls.append(args)
-                    args, count = [self.prefix, _GROUP], 0
-                args.extend((queue, band, len(part), *part))
-                count += len(part)
-        calls.append(args)
-        self._send_deferred([("ack", call) for call in calls])
+        keys = self.keys
+        calls: list[_Call] = []
+        for group in self._by_slot(list(streams.items()), lambda item: item[0][0]):
+            call = _Call("ack", [], [_GROUP])
+            count = 0
+            for (queue, band), ids in group:
+                for start in range(0, len(ids), _CHUNK):
+                    part = ids[start : start + _CHUNK]
+                    if count + len(part) > _CHUNK and count:
+                        calls.append(call)
+                        call, count = _Call("ack", [], [_GROUP]), 0
+                    call.keys += [keys.stream(queue, band), keys.reserved(queue)]
+                    call.args.extend((band, len(part), *part))
+                    count += len(part)
+            calls.append(call)
+        self._send_deferred(calls)
 
     def release(self, job: QueuedJob, delay: float = 0) -> None:
         self._put_back(job, delay, job.attempts)
@@ -183,29 +223,32 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
             nonlocal failed_at
             failed_at = _clock.now()
             record = {"job": wire, "error": info.error, "exception": details, "failed_at": failed_at}
-            return [self.prefix, _GROUP, queue, band, entry, job.id, _record(record), _num(failed_at), held]
+            return [_GROUP, band, entry, job.id, _record(record), _num(failed_at), held]
 
-        self._on_loop_connection("fail", args)
+        self._on_loop_connection("fail", self._fail_keys(queue, band), args)
         return FailedJob.of(job, info, failed_at)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         """Push running jobs' deadlines out and re-claim their entries for this consumer
         (``XCLAIM ... JUSTID``), so neither sweep takes them from a live worker."""
-        held: list[Any] = []
-        for job in as_job_list(jobs):
-            receipt = _receipt(job)
-            if receipt is not None:
-                held.extend((receipt.queue, receipt.band, receipt.entry))
-        if not held:
+        receipts = [receipt for receipt in map(_receipt, as_job_list(jobs)) if receipt is not None]
+        if not receipts:
             return
         period = self.reservation if seconds is None else float(seconds)
         if not math.isfinite(period):
             raise ValueError(f"{self._named()}: extend: seconds must be a finite number, got {seconds!r}")
+        keys = self.keys
+        for group in self._by_slot(receipts, lambda receipt: receipt.queue):
+            names: list[str] = []
+            held: list[Any] = []
+            for receipt in group:
+                names += [keys.stream(receipt.queue, receipt.band), keys.reserved(receipt.queue)]
+                held += [receipt.band, receipt.entry]
 
-        def args() -> list[Any]:
-            return [self.prefix, _GROUP, self.consumer, _num(_clock.now() + period), *held]
+            def args(held: list[Any] = held) -> list[Any]:
+                return [_GROUP, self.consumer, _num(_clock.now() + period), *held]
 
-        self._on_loop_connection("extend", args)
+            self._on_loop_connection("extend", names, args)
 
     def reclaim_expired(self) -> int:
         """Put every job whose reservation lapsed back on its queue; returns how many.
@@ -213,19 +256,26 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
         Also forgets group consumers (worker processes) that hold nothing and have
         not been heard from for ten reservations."""
         reservation_ms = int(self.reservation * 1000)
+        keys = self.keys
+        reclaimed = 0
+        for group in self._by_slot(self._queue_list(), lambda queue: queue):
+            names = [keys.wake_sent(group[0])]
+            for queue in group:
+                names += [keys.bands(queue), keys.reserved(queue)]
 
-        def args() -> list[Any]:
-            now = _num(_clock.now())
-            return [self.prefix, _GROUP, self.consumer, now, reservation_ms, _PROMOTE, 10 * reservation_ms]
+            def args() -> list[Any]:
+                now = _num(_clock.now())
+                forget = 10 * reservation_ms
+                return [_GROUP, self.consumer, now, reservation_ms, _PROMOTE, forget, keys.channel()]
 
-        return int(self._on_loop_connection("reclaim", args))
+            reclaimed += int(self._on_loop_connection("reclaim", names, args))
+        return reclaimed
 
     # -- inspection -------------------------------------------------------------
     def counts(self, queue: str) -> QueueCounts:
         self._sync()
-        ready, delayed, reserved = self._call(
-            "counts", lambda: self._scripts["counts"](args=[self.prefix, _num(_clock.now()), queue])
-        )
+        names = self.keys.queue_keys(queue)
+        ready, delayed, reserved = self._call("counts", lambda: self._run("counts", names, [_num(_clock.now())]))
         return QueueCounts(ready=max(0, int(ready)), delayed=int(delayed), reserved=int(reserved))
 
     def size(self, queue: str | None = None) -> int:
@@ -233,7 +283,7 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
         return sum(self.counts(name).total for name in queues)
 
     def queue_names(self) -> list[str]:
-        names: Any = self._call("queue_names", lambda: self._client.smembers(self.prefix + "queues"))
+        names: Any = self._call("queue_names", lambda: self._client.smembers(self.keys.queues()))
         return sorted(name.decode() for name in names)
 
     def check_eviction_policy(self) -> str | None:
@@ -242,19 +292,31 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
         Returns the policy, or None when the server will not say (``CONFIG`` disabled).
         """
         try:
-            reply: Any = self._call("check_eviction_policy", lambda: self._client.config_get("maxmemory-policy"))
+            replies: Any = self._call("check_eviction_policy", self._eviction_policies)
         except redis.ResponseError as exc:
             log.warning("could not read Redis maxmemory-policy (%s); make sure it is noeviction", exc)
             return None
-        value = reply.get(b"maxmemory-policy", reply.get("maxmemory-policy"))
-        policy = value.decode() if isinstance(value, bytes) else str(value)
-        if policy != "noeviction":
-            log.warning(
-                "Redis maxmemory-policy is %r: under memory pressure Redis may evict this queue's keys and "
-                "lose jobs silently; set maxmemory-policy noeviction",
-                policy,
-            )
+        policy = "noeviction"
+        for where, reply in replies:
+            value = reply.get(b"maxmemory-policy", reply.get("maxmemory-policy"))
+            found = value.decode() if isinstance(value, bytes) else str(value)
+            if found != "noeviction":
+                policy = found
+                log.warning(
+                    "Redis%s maxmemory-policy is %r: under memory pressure Redis may evict this queue's keys and "
+                    "lose jobs silently; set maxmemory-policy noeviction",
+                    f" node {where}" if where else "",
+                    found,
+                )
         return policy
+
+    def _eviction_policies(self) -> list[tuple[str, Any]]:
+        """``CONFIG GET maxmemory-policy`` of the server, or of every primary of a cluster."""
+        client = self._client
+        if not self.cluster:
+            return [("", client.config_get("maxmemory-policy"))]
+        nodes = client.get_primaries()
+        return [(node.name, client.get_redis_connection(node).config_get("maxmemory-policy")) for node in nodes]
 
     def close(self) -> None:
         self._after_fork()
@@ -263,27 +325,29 @@ class RedisQueue(_IdleReading, _FailedStore, _Browsing):
             self._sync()
         except Exception as exc:  # noqa: BLE001 - closing: their reservations lapse and they run again
             log.warning(
-                "redis queue closing: %d acknowledgement(s) unconfirmed: %s", len(self._sent) + len(self._redo), exc
+                "redis queue closing: %d acknowledgement(s) unconfirmed: %s", self._unconfirmed(), exc
             )
         with self._loop_lock:
-            if self._loop_conn is not None:
-                self._client.connection_pool.release(self._loop_conn)
-                self._loop_conn = None
+            lines, self._lines = list(self._lines.values()), {}
         with self._push_lock:
-            if self._push_conn is not None:
-                self._client.connection_pool.release(self._push_conn)
-                self._push_conn = None
+            lines += self._push_lines.values()
+            self._push_lines = {}
+        for line in lines:
+            line.pool.release(line.conn)
         self._close_subscription()
         try:
             self._forget_consumer()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
-        self._client.close()
+        self._topology.close()
+
+    def _unconfirmed(self) -> int:
+        return len(self._redo) + sum(len(line.sent) for line in self._lines.values())
 
     def _forget_consumer(self) -> None:
         """Remove this consumer from the groups it read from, where it holds nothing."""
         for queue, band in self._streams_read:
-            stream = f"{self.prefix}{queue}:ready:{band.decode()}"
+            stream = self.keys.stream(queue, band)
             try:
                 consumers: Any = self._client.xinfo_consumers(stream, _GROUP)
                 for consumer in consumers:

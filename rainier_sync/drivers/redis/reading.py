@@ -1,10 +1,14 @@
 """The Redis driver's idle waits: wake-up notifications and blocking reads.
 
 An idle loop waits on a subscription to ``P + "wake"`` (a push, release,
-retry or reclaim publishes there), and also blocks in ``XREADGROUP`` on a
+retry or reclaim publishes there: :mod:`.wakeups`), and also blocks in ``XREADGROUP`` on a
 connection of its own (one per owning loop), so a job pushed to a stream it
 reads reaches it with the push, not a round trip after the notification. What
 that read takes waits in the loop's stash for its next reserve.
+
+On Redis Cluster one ``XREADGROUP`` may only name keys of one slot, so the
+blocking read covers the first of the loop's queues that has a stream; the
+others wake it by notification.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from ... import _clock
 from ...errors import DriverUnavailableError
 from ...types import QueuedJob
 from ..base import Waker
-from .core import _RedisCore
+from .core import _Call
+from .wakeups import _WakeUps
 from .wire import _GROUP, _PROMOTE, _num, _Taken
 
 try:
@@ -34,10 +39,12 @@ class _IdleRead:
     """One owning loop's blocking read: its connection, the streams an outstanding
     read covers (None when none is outstanding), and what it took."""
 
-    __slots__ = ("conn", "client_id", "streams", "sent_at", "stash", "lock")
+    __slots__ = ("conn", "pool", "generation", "client_id", "streams", "sent_at", "stash", "lock")
 
     def __init__(self) -> None:
         self.conn: Any = None
+        self.pool: Any = None
+        self.generation = 0
         self.client_id = 0
         self.streams: dict[bytes, tuple[str, bytes]] | None = None
         self.sent_at = 0.0
@@ -58,12 +65,12 @@ class _LoopState:
         self.generation = generation
 
 
-class _IdleReading(_RedisCore):
+class _IdleReading(_WakeUps):
     """Idle waits, and handing out what a loop's blocking read took."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Any,
         prefix: str = "rainier:queue:",
         reservation: float = 90,
         *,
@@ -71,34 +78,18 @@ class _IdleReading(_RedisCore):
         reconnect: bool = False,
     ) -> None:
         super().__init__(client, prefix, reservation, consumer=consumer, reconnect=reconnect)
-        # A subscription to P + "wake", read by the waiting loops themselves
-        # (whichever finds it readable first), bumps ``_wake_seq`` and sets every
-        # waiting waker; a wait returns at once when a notification came after the
-        # last reserve began.
-        self._mutex = threading.Lock()
-        self._waiters: set[Waker] = set()
-        self._wake_seq = 0
         # Each owning loop has its own _LoopState (in its session; per thread for
         # consumer operations called on the driver itself): two workers on one
         # driver must not consume each other's notifications.
         self._loops = threading.local()
         self._generation = 0
-        self._pubsub: Any = None
-        self._listen_lock = threading.Lock()
         self._all_reads: set[_IdleRead] = set()
         self._blocking_reads = True
-        self._subscribe_failures = 0
-        self._subscribe_after = 0.0
-        self._closed = threading.Event()
 
     def _forked(self) -> None:
         super()._forked()
-        self._pubsub = None
-        self._listen_lock = threading.Lock()
         self._generation += 1  # every loop's blocking read is the parent's
         self._all_reads = set()
-        self._mutex = threading.Lock()
-        self._waiters = set()
 
     def _loop_state(self) -> _LoopState:
         """The calling thread's loop state, for consumer operations called on the driver itself."""
@@ -132,16 +123,29 @@ class _IdleReading(_RedisCore):
         state.seq = self._wake_seq
         read = state.read
         if read is not None and (read.stash or read.streams is not None):
-            jobs = self._take_stash(read, queues, limit)
-            if jobs:
-                return jobs  # at once: the caller reserves again for the rest, and this is its idle wake-up
-        prefix, consumer, reservation = self.prefix, self.consumer, self.reservation
+            stashed = self._take_stash(read, queues, limit)
+            if stashed:
+                return stashed  # at once: the caller reserves again for the rest, and this is its idle wake-up
+        jobs: list[QueuedJob] = []
+        for group in self._by_slot(list(dict.fromkeys(queues)), lambda queue: queue):
+            left = limit - len(jobs)
+            if left <= 0:
+                break
+            jobs += self._reserve_from(group, left)
+        return jobs
+
+    def _reserve_from(self, queues: list[str], limit: int) -> list[QueuedJob]:
+        """One reserve script over ``queues`` (every queue on one server, one on a cluster)."""
+        keys, consumer, reservation = self.keys, self.consumer, self.reservation
+        names = [keys.wake_sent(queues[0])]
+        for queue in queues:
+            names += keys.queue_keys(queue)
 
         def args() -> list[Any]:
             now = _clock.now()
-            return [prefix, _GROUP, consumer, _num(now), _num(now + reservation), int(limit), _PROMOTE, *queues]
+            return [_GROUP, consumer, _num(now), _num(now + reservation), int(limit), _PROMOTE, *queues]
 
-        return self._jobs_from(self._on_loop_connection("reserve", args))
+        return self._jobs_from(self._on_loop_connection("reserve", names, args))
 
     def _take_stash(self, read: _IdleRead, queues: Sequence[str], limit: int) -> list[QueuedJob]:
         """Hand out (up to ``limit``) what this loop's blocking read took for ``queues``.
@@ -169,7 +173,7 @@ class _IdleReading(_RedisCore):
             older = [item for item in older if item[2] in still]
         if fresh:
             try:
-                self._send_deferred([("adopt", self._adopt_args(fresh))])
+                self._send_deferred(self._adopt_calls(fresh))
             except BaseException:
                 with read.lock:
                     read.stash[:0] = fresh
@@ -179,18 +183,25 @@ class _IdleReading(_RedisCore):
     def _taken_jobs(self, items: Sequence[_Taken]) -> list[QueuedJob]:
         return self._jobs_from((queue.encode(), band, [(entry, fields)]) for queue, band, entry, fields, _ in items)
 
-    def _adopt_args(self, items: Sequence[_Taken]) -> list[Any]:
-        """The ``adopt`` script's arguments; the deadline (None here) is filled in as it is sent."""
-        args: list[Any] = [self.prefix, _GROUP, self.consumer, None]
-        for queue, band, entry, _, _ in items:
-            args.extend((queue, band, entry))
-        return args
+    def _adopt_calls(self, items: Sequence[_Taken]) -> list[_Call]:
+        """The ``adopt`` script's calls (one per slot); the deadline (None here) is filled in as each is sent."""
+        calls: list[_Call] = []
+        keys = self.keys
+        for group in self._by_slot(items, lambda item: item[0]):
+            call = _Call("adopt", [], [_GROUP, self.consumer, None])
+            for queue, band, entry, _, _ in group:
+                call.keys += [keys.stream(queue, band), keys.reserved(queue)]
+                call.args += [band, entry]
+            calls.append(call)
+        return calls
 
     def _adopt(self, items: Sequence[_Taken]) -> list[bytes]:
         """Record the reservations of what the blocking read took that is still this
         consumer's; returns their entry ids."""
-        args = self._adopt_args(items)
-        return list(self._on_loop_connection("adopt", lambda: self._stamped("adopt", args)))
+        taken: list[bytes] = []
+        for call in self._adopt_calls(items):
+            taken += self._on_loop_connection("adopt", call.keys, lambda call=call: self._stamped(call))  # type: ignore[misc]
+        return taken
 
     # -- waiting -------------------------------------------------------------------
     def _wait(self, state: _LoopState, queues: Sequence[str], timeout: float, waker: Waker) -> None:
@@ -206,17 +217,21 @@ class _IdleReading(_RedisCore):
             if self._closed.is_set():
                 waker.wait(timeout)
                 return
+            self._topology.check()
+            self._follow_master(state)
             # Subscribe (or notice a dropped subscription) before looking for the
             # soonest delayed job, so a push in between is seen by one or the other.
             subscription = self._subscription()
             if subscription is not None and self._drain(subscription):
                 return  # notified, or just subscribed: what was published before is unknown
 
+            keys = self.keys
+
             def look() -> Any:
                 pipe = self._client.pipeline(transaction=False)
                 for queue in queues:
-                    pipe.zrange(self.prefix + queue + ":delayed", 0, 0, withscores=True)
-                    pipe.zrange(self.prefix + queue + ":bands", 0, -1)
+                    pipe.zrange(keys.delayed(queue), 0, 0, withscores=True)
+                    pipe.zrange(keys.bands(queue), 0, -1)
                 return pipe.execute()
 
             replies = self._call("wait_for_jobs", look)
@@ -224,6 +239,9 @@ class _IdleReading(_RedisCore):
             if soonest is not None:
                 timeout = min(timeout, max(0.0, float(soonest) - _clock.now()))
             streams = [(queue, band) for queue, bands in zip(queues, replies[1::2], strict=True) for band in bands]
+            if self.cluster and streams:
+                # one XREADGROUP names keys of one slot: the first queue with a stream
+                streams = [stream for stream in streams if stream[0] == streams[0][0]]
             read = self._idle_read(state)
             if read.stash:
                 return  # taken while this loop was busy: its next reserve hands them out
@@ -238,6 +256,17 @@ class _IdleReading(_RedisCore):
         finally:
             with self._mutex:
                 self._waiters.discard(waker)
+
+    def _follow_master(self, state: _LoopState) -> None:
+        """After the sentinels announced a new master: leave the old one's
+        subscription and this loop's blocking read (what it took is not pending
+        on the new master: it is handed out again there)."""
+        generation = self._topology.generation
+        read = state.read
+        if read is not None and read.conn is not None and read.generation != generation:
+            with read.lock:  # what it took is checked against the new master as it is handed out
+                self._drop_read(read, ConnectionError("a new master"))
+        self._follow_subscription()
 
     def _idle_read(self, state: _LoopState) -> _IdleRead:
         """An owning loop's blocking-read state (made on first use)."""
@@ -265,6 +294,9 @@ class _IdleReading(_RedisCore):
             listening = pubsub.connection._sock if pubsub is not None and pubsub.connection is not None else None
             if listening is not None:
                 watched.append(listening)
+            sentinel = self._topology.watch_socket()
+            if sentinel is not None:
+                watched.append(sentinel)
             if reading is not None:
                 watched.append(reading)
             try:
@@ -275,6 +307,11 @@ class _IdleReading(_RedisCore):
                 return
             if waker.is_set():
                 return
+            if sentinel is not None and sentinel in readable:
+                generation = self._topology.generation
+                self._topology.check()
+                if self._topology.generation != generation:
+                    return  # a new master: the next wait reads and listens there
             if reading is not None:
                 with read.lock:
                     refused = self._collect(read, 0.0)
@@ -288,23 +325,30 @@ class _IdleReading(_RedisCore):
     def _start_read(self, read: _IdleRead, streams: list[tuple[str, bytes]], seconds: float) -> None:
         """Send ``XREADGROUP … BLOCK`` for one new entry of each stream (``read.lock`` held).
         It ends by itself within a second, so a read nobody collects lapses soon."""
+        keys = [self.keys.stream(queue, band) for queue, band in streams]
+        if read.conn is not None and (read.pool is not self._topology.route(keys[0])[1]):
+            self._drop_read(read, ConnectionError("its streams are on another node"))
         if read.conn is None:
-            conn: Any = self._client.connection_pool.get_connection()
+            try:
+                pool = self._topology.route(keys[0])[1]
+                conn: Any = pool.get_connection()
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                log.debug("redis blocking read: %s; waiting on notifications until the next wait", exc)
+                return
             try:
                 conn.send_command("CLIENT", "ID")
                 read.client_id = int(conn.read_response())
             except redis.ResponseError as exc:  # CLIENT refused (an ACL, a renamed command)
-                self._client.connection_pool.release(conn)
+                pool.release(conn)
                 self._blocking_reads = False
                 log.warning("redis: idle workers wait on notifications only (CLIENT ID refused: %s)", exc)
                 return
             except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
                 conn.disconnect()
-                self._client.connection_pool.release(conn)
+                pool.release(conn)
                 log.debug("redis blocking read: %s; waiting on notifications until the next wait", exc)
                 return
-            read.conn = conn
-        keys = [f"{self.prefix}{queue}:ready:{band.decode()}" for queue, band in streams]
+            read.conn, read.pool, read.generation = conn, pool, self._topology.generation
         block_ms = max(1, int(min(seconds, 1.0) * 1000))
         try:
             read.conn.send_command(
@@ -341,8 +385,11 @@ class _IdleReading(_RedisCore):
             reply: Any = conn.read_response()
         except redis.ResponseError as exc:
             # NOGROUP: a band no reserve has read yet. The next reserve creates its group.
+            # (MOVED, UNBLOCKED by a master turned replica...: the connection goes too.)
             log.debug("redis blocking read refused: %s", exc)
             read.streams = None
+            if not str(exc).startswith("NOGROUP"):
+                self._drop_read(read, exc)
             return True
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             # What it had taken is pending to this consumer with no reservation on
@@ -361,7 +408,7 @@ class _IdleReading(_RedisCore):
         conn, read.conn, read.streams = read.conn, None, None
         if conn is not None:
             conn.disconnect()
-            self._client.connection_pool.release(conn)
+            read.pool.release(conn)
 
     def _end_loop(self, state: _LoopState) -> None:
         """End the blocking read a stopping loop left outstanding, and hand back what it took."""
@@ -379,14 +426,14 @@ class _IdleReading(_RedisCore):
         with read.lock:
             if read.streams is not None and read.conn is not None:
                 try:
-                    self._client.client_unblock(read.client_id)
+                    redis.Redis(connection_pool=read.pool).client_unblock(read.client_id)
                 except Exception as exc:  # noqa: BLE001 - it ends by itself within a second
                     log.debug("redis: CLIENT UNBLOCK refused (%s); waiting for the read to end", exc)
                 self._collect(read, 2.0)
                 if read.streams is not None:
                     self._drop_read(read, TimeoutError("the blocking read did not end"))
             if read.conn is not None:
-                self._client.connection_pool.release(read.conn)
+                read.pool.release(read.conn)
                 read.conn = None
             stash, read.stash = read.stash, []
         if not stash:
@@ -394,61 +441,6 @@ class _IdleReading(_RedisCore):
         still = set(self._adopt(stash))
         for job in self._taken_jobs([item for item in stash if item[2] in still]):
             self._put_back(job, 0.0, max(0, job.attempts - 1))
-
-    def _subscription(self) -> Any:
-        """The wake-up subscription, opened on first use (None while Redis refuses it)."""
-        self._after_fork()
-        if self._pubsub is not None:
-            return self._pubsub
-        with self._listen_lock:
-            if self._pubsub is None and not self._closed.is_set() and _clock.monotonic() >= self._subscribe_after:
-                pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]
-                try:
-                    pubsub.subscribe(self.prefix + "wake")
-                except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-                    self._subscription_lost(pubsub, exc)
-                else:
-                    self._subscribe_failures = 0
-                    self._pubsub = pubsub
-            return self._pubsub
-
-    def _subscription_lost(self, pubsub: Any, exc: BaseException) -> None:
-        """Drop a broken subscription; waits fall back to their timeout until it reopens."""
-        self._subscribe_failures += 1
-        self._subscribe_after = _clock.monotonic() + min(0.05 * 2**self._subscribe_failures, 2.0)
-        log.debug("redis wake-up subscription: %s; subscribing again shortly", exc)
-        if self._pubsub is pubsub:
-            self._pubsub = None
-        try:
-            pubsub.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection
-            pass
-
-    def _drain(self, pubsub: Any) -> bool:
-        """Read every message already arrived; True (and every waiting loop woken) if
-        any did, or if the subscription broke, since a notification may be lost then.
-        The subscription's own confirmation counts: before it, nothing was heard."""
-        with self._listen_lock:
-            if self._pubsub is not pubsub:
-                got = True  # replaced or dropped meanwhile
-            else:
-                got = False
-                try:
-                    while pubsub.get_message(timeout=0.0) is not None:
-                        got = True
-                except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-                    self._subscription_lost(pubsub, exc)
-                    got = True
-        if got:
-            self._notify()
-        return got
-
-    def _notify(self) -> None:
-        with self._mutex:
-            self._wake_seq += 1
-            waiters = list(self._waiters)
-        for waker in waiters:
-            waker.set()
 
     def _end_reads(self) -> None:
         """Stop new blocking reads, end every outstanding one and hand back what they took."""
@@ -460,12 +452,3 @@ class _IdleReading(_RedisCore):
                 self._end_read(read)
             except Exception as exc:  # noqa: BLE001 - closing: what the read took lapses and runs again
                 log.warning("redis queue closing: could not hand back what a blocking read took: %s", exc)
-
-    def _close_subscription(self) -> None:
-        with self._listen_lock:
-            pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            try:
-                pubsub.close()
-            except Exception:  # noqa: BLE001 - already gone
-                pass

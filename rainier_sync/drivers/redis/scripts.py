@@ -3,13 +3,20 @@
 Every multi-step change to a queue is one script, so it is atomic. A script's
 header names the shared pieces it needs (``-- needs: push_lib held``); they are
 put before its body. Header comments are left out of what is sent.
+
+The queue's scripts are sent with a ``#!lua`` line: in that mode Redis Cluster
+refuses a script that touches keys of two slots even when one node serves both,
+so a key outside the queue's hash tag fails every time, not one time in three.
+Every key a script touches is in its KEYS, or is a band's stream built from
+the queue's own ``bands`` key (lua/stream.lua).
 """
 
 from __future__ import annotations
 
+import hashlib
 from importlib import resources
 
-__all__ = ["SOURCES", "source"]
+__all__ = ["SOURCES", "Script", "source"]
 
 _NEEDS = "-- needs:"
 
@@ -29,9 +36,12 @@ def source(name: str) -> str:
     return "".join(source(piece) for piece in needs) + "".join(lines)
 
 
+#: Script flags beyond the default (a script that writes).
+_FLAGS = {name: " flags=no-writes" for name in ("counts", "browse", "find")}
+
 #: The queue's scripts by name, registered with each client (run by EVALSHA, by EVAL when not cached).
 SOURCES = {
-    name: source(name)
+    name: f"#!lua{_FLAGS.get(name, '')}\n" + source(name)
     for name in (
         "push",
         "push_one",
@@ -49,3 +59,14 @@ SOURCES = {
         "find",
     )
 }
+
+
+class Script:
+    """A script's text and the SHA1 that ``EVALSHA`` names it by."""
+
+    __slots__ = ("name", "text", "sha")
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - the name Redis gives a script

@@ -130,14 +130,15 @@ def test_find_job_looks_through_several_calls(queue: RedisQueue, monkeypatch: py
     queue.push_many([lookalike, *[job(priority=2) for _ in range(5)], wanted, *later])
 
     calls: list[bytes] = []
-    find = queue._scripts["find"]
+    run = queue._run
 
-    def counted(args: list[Any]) -> Any:
-        reply = find(args=args)
-        calls.append(reply[0])
+    def counted(name: str, keys: list[str], args: list[Any]) -> Any:
+        reply = run(name, keys, args)
+        if name == "find":
+            calls.append(reply[0])
         return reply
 
-    monkeypatch.setitem(queue._scripts, "find", counted)
+    monkeypatch.setattr(queue, "_run", counted)
     found = queue.find_job(wanted.id)
     assert found is not None and found.job.id == wanted.id and found.state == "ready"
     assert calls.count(b"found") == 1 and calls.count(b"more") >= 4, "three jobs a call"

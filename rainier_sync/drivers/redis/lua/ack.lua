@@ -1,18 +1,20 @@
--- ARGV: prefix, group, then per stream: queue, band, n, id1..idn
+-- KEYS: per stream, the stream and its queue's reserved key.
+-- ARGV: group, then per stream: band, n, id1..idn.
 -- needs: held
-local P, group = ARGV[1], ARGV[2]
-local i = 3
+local group = ARGV[1]
+local i, k = 2, 1
 while i <= #ARGV do
-  local q, band, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local stream = P .. q .. ':ready:' .. band
+  local band, n = ARGV[i], tonumber(ARGV[i + 1])
+  local stream, reserved = KEYS[k], KEYS[k + 1]
   local ids, members = {}, {}
-  for k = 1, n do
-    ids[k] = ARGV[i + 2 + k]
-    members[k] = held(band, ids[k])
+  for j = 1, n do
+    ids[j] = ARGV[i + 1 + j]
+    members[j] = held(band, ids[j])
   end
   redis.call('XACK', stream, group, unpack(ids))
   redis.call('XDEL', stream, unpack(ids))
-  redis.call('ZREM', P .. q .. ':reserved', unpack(members))
-  i = i + 3 + n
+  redis.call('ZREM', reserved, unpack(members))
+  i = i + 2 + n
+  k = k + 2
 end
 return 1

@@ -1,4 +1,5 @@
--- ARGV: prefix, group, queue, state, now, skip, want, needle, needle2, budget, promote, seg, band, pos
+-- KEYS: the queue's bands, delayed and reserved keys.
+-- ARGV: group, state, now, skip, want, needle, needle2, budget, promote, seg, band, pos
 -- Walks one state's jobs in order, from the cursor (seg, band, pos; all '' to
 -- start) on, looking at no more than ``budget`` of them: ``ready`` band by band,
 -- lowest first, each band's entries not yet delivered to the group ('stream')
@@ -10,11 +11,12 @@
 -- Returns {looked at, skip left, seg, band, pos, items...}, seg 'end' once the
 -- state has no more; an item is {'s', band, id, fields} (a stream entry),
 -- {'d', member, due} (a delayed job) or {'r', band, id, deadline, fields or false}.
-local P, group, q, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local now, skip, want = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local needle, needle2, budget, promote = ARGV[8], ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11])
-local seg, band, pos = ARGV[12], ARGV[13], ARGV[14]
-local base = P .. q .. ':'
+-- needs: stream
+local group, state = ARGV[1], ARGV[2]
+local now, skip, want = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local needle, needle2, budget, promote = ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local seg, band, pos = ARGV[10], ARGV[11], ARGV[12]
+local bands_key, delayed_key, reserved_key = KEYS[1], KEYS[2], KEYS[3]
 local filtered = needle ~= ''
 local out, looked, stop = {}, 0, false
 
@@ -97,7 +99,7 @@ end
 -- A band's entries not yet delivered, after ``after`` (an entry id) when given.
 local function walk_stream(b, after)
   seg, band, pos = 'stream', b, after
-  local stream = base .. 'ready:' .. b
+  local stream = stream_of(bands_key, b)
   local delivered, pending = nil, 0
   local groups = redis.pcall('XINFO', 'GROUPS', stream)
   if type(groups) == 'table' and not groups.err then
@@ -190,16 +192,16 @@ end
 
 local function reservation(member, deadline)
   local b, id = string.match(member, '^(-?%d+)|(%S+)')
-  local found = b and redis.call('XRANGE', base .. 'ready:' .. b, id, id) or {}
+  local found = b and redis.call('XRANGE', stream_of(bands_key, b), id, id) or {}
   local fields = found[1] and found[1][2] or false
   return offer({'r', b or '0', id or member, deadline, fields}, function() return fields and body_of(fields) or '' end)
 end
 
 if want > 0 and budget > 0 then
   if state == 'ready' then
-    local due = redis.call('ZRANGEBYSCORE', base .. 'delayed', '-inf', now, 'WITHSCORES', 'LIMIT', 0, promote)
+    local due = redis.call('ZRANGEBYSCORE', delayed_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, promote)
     local by_band, bands, numbers = {}, {}, {}
-    for _, b in ipairs(redis.call('ZRANGE', base .. 'bands', 0, -1)) do
+    for _, b in ipairs(redis.call('ZRANGE', bands_key, 0, -1)) do
       by_band[b] = {}
       bands[#bands + 1] = b
     end
@@ -238,12 +240,12 @@ if want > 0 and budget > 0 then
       end
     end
     if not stop and #due / 2 >= promote then
-      walk_zset('tail', base .. 'delayed', '-inf', now, from_seg == 'tail' and tonumber(from_pos) or promote, delayed_job)
+      walk_zset('tail', delayed_key, '-inf', now, from_seg == 'tail' and tonumber(from_pos) or promote, delayed_job)
     end
   elseif state == 'delayed' then
-    walk_zset('z', base .. 'delayed', '(' .. now, '+inf', seg == 'z' and tonumber(pos) or 0, delayed_job)
+    walk_zset('z', delayed_key, '(' .. now, '+inf', seg == 'z' and tonumber(pos) or 0, delayed_job)
   else
-    walk_zset('z', base .. 'reserved', '-inf', '+inf', seg == 'z' and tonumber(pos) or 0, reservation)
+    walk_zset('z', reserved_key, '-inf', '+inf', seg == 'z' and tonumber(pos) or 0, reservation)
   end
   if not stop then
     seg, band, pos = 'end', '', ''

@@ -1,4 +1,5 @@
--- ARGV: prefix, group, queue, needle, phase, band, pos, budget, needle2
+-- KEYS: the queue's bands, delayed and reserved keys.
+-- ARGV: group, needle, phase, band, pos, budget, needle2
 -- Look for a job by id, at most ``budget`` jobs per call: the reservations, then
 -- the delayed set, then each band's entries not yet delivered (``phase`` and
 -- ``band``, ``pos`` say where the last call stopped). ``needle`` is how an
@@ -6,9 +7,10 @@
 -- ``needle2`` as ASCII JSON spells it, or ''); a hit is a candidate the client reads.
 -- Returns {'found', phase, band, pos, item} (item as browse.lua gives it, pos
 -- past it), {'more', phase, band, pos}, or {'end'}.
-local P, group, q, needle = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local phase, band, pos, budget, needle2 = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
-local base = P .. q .. ':'
+-- needs: stream
+local group, needle = ARGV[1], ARGV[2]
+local phase, band, pos, budget, needle2 = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local keys = {bands = KEYS[1], delayed = KEYS[2], reserved = KEYS[3]}
 local chunk = 500
 local looked = 0
 
@@ -37,7 +39,7 @@ local function body_of(fields)
 end
 
 if phase == 'reserved' or phase == 'delayed' then
-  local key = base .. phase
+  local key = keys[phase]
   local first = tonumber(pos)
   while looked < budget do
     local got = redis.call('ZRANGE', key, first, first + chunk - 1, 'WITHSCORES')
@@ -47,7 +49,7 @@ if phase == 'reserved' or phase == 'delayed' then
       local member, score = got[k], got[k + 1]
       if phase == 'reserved' then
         local b, id = string.match(member, '^(-?%d+)|(%S+)')
-        local found = b and redis.call('XRANGE', base .. 'ready:' .. b, id, id) or {}
+        local found = b and redis.call('XRANGE', stream_of(keys.bands, b), id, id) or {}
         if found[1] and has(body_of(found[1][2]), 1) then
           return {'found', phase, '', tostring(first), {'r', b, id, score, found[1][2]}}
         end
@@ -61,7 +63,7 @@ if phase == 'reserved' or phase == 'delayed' then
         break
       end
       phase, first = 'delayed', 0
-      key = base .. phase
+      key = keys[phase]
     end
   end
   if phase ~= 'stream' then
@@ -72,13 +74,13 @@ end
 -- the bands from ``band`` on (the first when '')
 while true do
   if band == '' then
-    local first = redis.call('ZRANGE', base .. 'bands', 0, 0)
+    local first = redis.call('ZRANGE', keys.bands, 0, 0)
     if not first[1] then
       return {'end'}
     end
     band, pos = first[1], ''
   end
-  local stream = base .. 'ready:' .. band
+  local stream = stream_of(keys.bands, band)
   if pos == '' then
     pos = '-'
     local groups = redis.pcall('XINFO', 'GROUPS', stream)
@@ -113,7 +115,7 @@ while true do
       break
     end
   end
-  local after = redis.call('ZRANGEBYSCORE', base .. 'bands', '(' .. band, '+inf', 'LIMIT', 0, 1)
+  local after = redis.call('ZRANGEBYSCORE', keys.bands, '(' .. band, '+inf', 'LIMIT', 0, 1)
   if not after[1] then
     return {'end'}
   end

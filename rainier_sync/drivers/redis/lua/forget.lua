@@ -1,6 +1,6 @@
--- ARGV: prefix, failed_id
-if redis.call('HDEL', ARGV[1] .. 'failed', ARGV[2]) == 0 then
+-- KEYS: the failed store's records and index. ARGV: failed_id.
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('ZREM', ARGV[1] .. 'failed:index', ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[1])
 return 1

@@ -2,29 +2,24 @@
 -- ``now`` waits in the delayed set as "band|attempts|json"; a due one is added
 -- to its band's stream. ``wake`` publishes once until some worker reserves
 -- again, so a burst of pushes costs idle workers one wake-up, not thousands.
-local function push(P, q, band, att, due, body, now, seen)
-  local base = P .. q .. ':'
-  if not seen['q' .. q] then
-    redis.call('SADD', P .. 'queues', q)
-    seen['q' .. q] = true
-  end
+-- needs: stream
+local function push(bands, delayed, band, att, due, body, now, seen)
   if tonumber(due) > now then
-    redis.call('ZADD', base .. 'delayed', due, band .. '|' .. att .. '|' .. body)
+    redis.call('ZADD', delayed, due, band .. '|' .. att .. '|' .. body)
   else
-    if not seen['b' .. q .. '|' .. band] then
-      redis.call('ZADD', base .. 'bands', band, band)
-      seen['b' .. q .. '|' .. band] = true
+    if not seen[bands .. '|' .. band] then
+      redis.call('ZADD', bands, band, band)
+      seen[bands .. '|' .. band] = true
     end
-    redis.call('XADD', base .. 'ready:' .. band, '*', 'j', body, 'a', att)
+    redis.call('XADD', stream_of(bands, band), '*', 'j', body, 'a', att)
   end
 end
-local function wake(P)
-  if redis.call('SET', P .. 'wake:sent', '1', 'NX') then
-    redis.call('PUBLISH', P .. 'wake', '1')
+local function wake(sent, channel)
+  if redis.call('SET', sent, '1', 'NX') then
+    redis.call('PUBLISH', channel, '1')
   end
 end
-local function requeue(P, group, q, band, id)
-  local stream = P .. q .. ':ready:' .. band
+local function requeue(stream, group, id)
   local found = redis.call('XRANGE', stream, id, id)
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)

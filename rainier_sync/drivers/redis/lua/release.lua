@@ -1,12 +1,13 @@
--- ARGV: prefix, group, queue, band, id, now, due, attempts, json
+-- KEYS: the entry's stream, then its queue's reserved, bands and delayed keys, wake:sent.
+-- ARGV: group, band, id, now, due, attempts, json, wake channel.
 -- needs: push_lib held
-local P, group, q, band, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local base = P .. q .. ':'
-if redis.call('ZREM', base .. 'reserved', held(band, id)) == 0 then
+local stream, reserved = KEYS[1], KEYS[2]
+local group, band, id = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('ZREM', reserved, held(band, id)) == 0 then
   return 0
 end
-redis.call('XACK', base .. 'ready:' .. band, group, id)
-redis.call('XDEL', base .. 'ready:' .. band, id)
-push(P, q, band, ARGV[8], ARGV[7], ARGV[9], tonumber(ARGV[6]), {})
-wake(P)
+redis.call('XACK', stream, group, id)
+redis.call('XDEL', stream, id)
+push(KEYS[3], KEYS[4], band, ARGV[6], ARGV[5], ARGV[7], tonumber(ARGV[4]), {})
+wake(KEYS[5], ARGV[8])
 return 1

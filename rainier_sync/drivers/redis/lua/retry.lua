@@ -1,10 +1,14 @@
--- ARGV: prefix, now, failed_id, queue, band, attempts, due, json
+-- KEYS: the failed store's records and index, the queue's bands and delayed keys,
+-- wake:sent, then on one server the queues set.
+-- ARGV: failed_id, now, queue, band, attempts, due, json, wake channel.
 -- needs: push_lib
-local P = ARGV[1]
-if redis.call('HDEL', P .. 'failed', ARGV[3]) == 0 then
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-redis.call('ZREM', P .. 'failed:index', ARGV[3])
-push(P, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[2]), {})
-wake(P)
+redis.call('ZREM', KEYS[2], ARGV[1])
+if KEYS[6] then
+  redis.call('SADD', KEYS[6], ARGV[3])
+end
+push(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[2]), {})
+wake(KEYS[5], ARGV[8])
 return 1

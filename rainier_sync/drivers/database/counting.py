@@ -1,0 +1,185 @@
+"""Counting the jobs of batches in the transactions that settle them.
+
+When the lock store that keeps the batches' tallies is the queue's own database
+(``driver.lock_store()``, or a ``DatabaseLockStore`` on the same database), a
+worker counts a finished job of a batch in the very transaction that removes
+its row: the row is removed once, by the claim that holds it, so the job
+counts once without a row of its own in the tally's members, and a job whose
+count is lost to a crash is not acknowledged either.
+
+Two ways, both taking a tally's ``pending`` row first, as every change of a
+tally does:
+
+- :func:`claim_counting` (PostgreSQL's claim): the acknowledgements, the counts
+  and the next claim in one statement, for every batch the round cannot finish
+  (its ``pending`` stays above zero, so no callback is due). The jobs of a
+  batch the round could finish are left held, for the other way.
+- :func:`settle_counting`: one transaction that removes each job's row (or
+  moves it to the failed store), counts those it removed, then hands the
+  counts to ``after``, which queues the callbacks they call for (before the
+  commit: a crash then runs the jobs again, and the callbacks' once-keys keep
+  them to one run) and may cancel a batch in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ... import _clock
+from ...types import ExceptionInfo, QueuedJob
+from ._schema import JOBS, TALLIES
+from .url import SQLITE
+
+if TYPE_CHECKING:
+    from ._core import DatabaseCore
+
+#: ``(job, tally key, field, ttl)``: a finished job to count in its batch's tally.
+CountItem = tuple[QueuedJob, str, str, float]
+#: Given the counts by tally key and the keys that counted a failure, and a way to
+#: cancel a batch in the transaction (its counts after), queues what they call for.
+After = Callable[[dict[str, dict[str, int]], set[str], Callable[[str], dict[str, int]]], None]
+
+__all__ = ["CountItem", "After", "same_database", "claim_counting", "settle_counting"]
+
+
+def same_database(core: DatabaseCore, store: Any) -> bool:
+    """Whether ``store`` keeps its tallies in ``core``'s database."""
+    from ...locks.database import DatabaseLockStore
+
+    if not isinstance(store, DatabaseLockStore):
+        return False
+    ours, theirs = core._backend.target, store._backend.target
+    return (ours.dialect, ours.where, ours.options.get("options", "")) == (
+        theirs.dialect,
+        theirs.where,
+        theirs.options.get("options", ""),
+    )
+
+
+def _keys(counts: Sequence[CountItem]) -> tuple[list[str], list[float], list[int]]:
+    """Each tally once, in key order: how long it is kept, and how many of the round are its."""
+    ttls: dict[str, float] = {}
+    many: dict[str, int] = {}
+    for _, key, _, ttl in counts:
+        ttls[key] = max(ttls.get(key, 0.0), float(ttl))
+        many[key] = many.get(key, 0) + 1
+    keys = sorted(ttls)
+    return keys, [ttls[key] for key in keys], [many[key] for key in keys]
+
+
+def claim_counting(
+    core: DatabaseCore,
+    queue: str,
+    limit: int,
+    acks: Sequence[QueuedJob],
+    counts: Sequence[CountItem],
+    most_attempts: int,
+) -> tuple[list[tuple[Any, ...]], list[int]]:
+    """PostgreSQL: acknowledge ``acks``, count those of ``counts`` whose batch stays
+    pending, and claim up to ``limit`` jobs of ``queue``, in one statement. The
+    claimed rows, and the ``seq`` of each job of ``counts`` left held (its batch
+    could finish in this round)."""
+    where, held = core._held(acks)
+    keys, ttls, many = _keys(counts)
+    sql = f"""WITH bm (seq, tally_key, field) AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[])),
+bk (tally_key, ttl, c) AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::int[])),
+pl AS (SELECT tally_key, n FROM {TALLIES} WHERE field = 'pending' AND tally_key IN (SELECT tally_key FROM bk)
+       ORDER BY tally_key FOR UPDATE),
+safe AS (SELECT bk.tally_key, %s::float8 + bk.ttl AS until FROM bk JOIN pl USING (tally_key) WHERE pl.n - bk.c > 0),
+acked AS (DELETE FROM {JOBS} WHERE {where}
+          AND seq NOT IN (SELECT seq FROM bm WHERE tally_key NOT IN (SELECT tally_key FROM safe)) RETURNING seq),
+counted AS (SELECT bm.tally_key, bm.field FROM bm JOIN acked USING (seq)),
+pend AS (UPDATE {TALLIES} t SET n = t.n - (SELECT count(*) FROM counted c WHERE c.tally_key = t.tally_key),
+         expires_at = s.until FROM safe s WHERE t.tally_key = s.tally_key AND t.field = 'pending'
+         RETURNING t.tally_key),
+flds AS (UPDATE {TALLIES} t SET n = t.n + d.c, expires_at = s.until
+         FROM (SELECT tally_key, field, count(*) AS c FROM counted GROUP BY 1, 2) d JOIN safe s USING (tally_key)
+         WHERE t.tally_key = d.tally_key AND t.field = d.field AND (SELECT count(*) FROM pend) >= 0
+         RETURNING t.tally_key),
+touched AS (UPDATE {TALLIES} t SET expires_at = s.until FROM safe s
+            WHERE t.tally_key = s.tally_key AND t.field <> 'pending' AND (SELECT count(*) FROM pend) >= 0
+            AND NOT EXISTS (SELECT 1 FROM counted c WHERE c.tally_key = t.tally_key AND c.field = t.field)
+            RETURNING t.tally_key),
+c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s
+      ORDER BY priority, available_at, seq LIMIT %s FOR UPDATE SKIP LOCKED),
+claimed AS (UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s,
+            attempts = LEAST(j.attempts, {most_attempts}) + 1 FROM c WHERE j.seq = c.seq
+            RETURNING j.seq, j.id, j.queue, j.name, j.body, j.attempts, j.priority, j.available_at, j.token)
+SELECT seq, id, queue, name, body, attempts, priority, available_at, token FROM claimed
+UNION ALL SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM bm
+WHERE tally_key NOT IN (SELECT tally_key FROM safe)"""
+    members = [
+        [job.receipt[0] for job, _, _, _ in counts],
+        [key for _, key, _, _ in counts],
+        [field for _, _, field, _ in counts],
+    ]
+    token = uuid.uuid4().hex
+    reservation = core.reservation
+
+    def params() -> list[Any]:
+        now = _clock.now()
+        return [*members, keys, ttls, many, now, *held, queue, now, limit, now, now + reservation, token]
+
+    rows: list[tuple[Any, ...]] = core._worker.stamped(sql, params, fetch=True)
+    claimed = [row for row in rows if row[1] is not None]
+    left = [int(row[0]) for row in rows if row[1] is None]
+    return claimed, left
+
+
+def settle_counting(
+    core: DatabaseCore,
+    settled: Sequence[tuple[CountItem, ExceptionInfo | None]],
+    move_failed: Callable[[Any, QueuedJob, ExceptionInfo, float], bool],
+    after: After,
+) -> None:
+    """In one transaction: take each batch's ``pending`` row, remove each job's row
+    still held (a failed one, with its ``ExceptionInfo``, to the failed store by
+    ``move_failed``), count those removed, and call ``after`` with the counts."""
+    sql = core._sql
+    lock = "" if core.dialect == SQLITE else " FOR UPDATE"
+    keys, ttls, _ = _keys([item for item, _ in settled])
+
+    def run(cursor: Any) -> None:
+        now = _clock.now()
+        until = {key: now + ttl for key, ttl in zip(keys, ttls, strict=True)}
+        for key in keys:
+            cursor.execute(sql(f"SELECT n FROM {TALLIES} WHERE tally_key = %s AND field = 'pending'{lock}"), (key,))
+            cursor.fetchall()
+        deltas: dict[tuple[str, str], int] = {}
+        failed: set[str] = set()
+        for (job, key, field, _), info in settled:
+            if info is not None:
+                removed = move_failed(cursor, job, info, now)
+            else:
+                where, params = core._held([job])
+                cursor.execute(sql(f"DELETE FROM {JOBS} WHERE {where}"), params)
+                removed = cursor.rowcount == 1
+            if removed:
+                deltas[(key, field)] = deltas.get((key, field), 0) + 1
+                deltas[(key, "pending")] = deltas.get((key, "pending"), 0) - 1
+                if field == "failed":
+                    failed.add(key)
+        for (key, field), n in sorted(deltas.items(), key=lambda item: (item[0][1] != "pending", item[0])):
+            _add(cursor, key, field, n)
+        counts = {}
+        for key in keys:
+            cursor.execute(sql(f"UPDATE {TALLIES} SET expires_at = %s WHERE tally_key = %s"), (until[key], key))
+            counts[key] = _read(cursor, key)
+
+        def cancel(key: str) -> dict[str, int]:
+            _add(cursor, key, "cancelled", 1)
+            counts[key] = _read(cursor, key)
+            return counts[key]
+
+        after(counts, failed, cancel)
+
+    def _add(cursor: Any, key: str, field: str, n: int) -> None:
+        cursor.execute(sql(f"UPDATE {TALLIES} SET n = n + %s WHERE tally_key = %s AND field = %s"), (n, key, field))
+
+    def _read(cursor: Any, key: str) -> dict[str, int]:
+        cursor.execute(sql(f"SELECT field, n FROM {TALLIES} WHERE tally_key = %s"), (key,))
+        return {str(field): int(n) for field, n in cursor.fetchall()}
+
+    core._worker.transaction(run)
