@@ -27,7 +27,7 @@ from .queued import new_id, queued_job
 from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
 from .registry import JobRegistry
 from .types import QueuedJob
-from .unique import admit, admit_within, release, release_within
+from .unique import admit_within, release, release_within
 
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
@@ -341,10 +341,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         ids: list[str | None] = []
         locked: list[QueuedJob] = []
         held: list[tuple[str, str]] = []  # taken in the caller's transaction
-        if within is not None:
-            to_push = admit_within(self.locks, driver, within, jobs, ids, locked, held)
-        else:
-            to_push = admit(self.locks, jobs, ids, locked)
+        to_push = admit_within(self.locks, driver, within, jobs, ids, locked, held)
         if not to_push:
             return ids
         if keeping:  # before the push: a worker (or the sync driver) may finish the job before it returns
@@ -358,8 +355,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
                 driver.push_many(to_push)
         except BaseException:
             release(self.locks, locked)
-            if held:
-                release_within(driver, within, held)
+            release_within(driver, within, held)
             if keeping:
                 self._mark_pending(to_push, gone=True)
             raise

@@ -58,14 +58,14 @@ def admit_within(
     locked: list[QueuedJob],
     held: list[tuple[str, str]],
 ) -> list[QueuedJob]:
-    """:func:`admit` for a dispatch within the caller's transaction to a driver
-    that writes there: where the driver can (the lock store is in that database,
+    """:func:`admit` for a dispatch within the caller's transaction (``within``;
+    None: :func:`admit` itself) to a driver that writes there: where the driver can (the lock store is in that database,
     :meth:`~rainier_sync.drivers.base.Producer.lock_within`), the unique locks are
     taken in the caller's transaction and appended to ``held``; elsewhere in the
     lock store, as :func:`admit` does."""
     jobs = list(jobs)
     unique = [job for job in jobs if job.unique_key is not None]
-    if locks is None or not unique:
+    if within is None or locks is None or not unique:
         return admit(locks, jobs, ids, locked)
     wanted = [(job.unique_key or "", job.unique_owner or "", job.unique_for or 3600.0) for job in unique]
     took = driver.lock_within(within, wanted)
@@ -97,6 +97,8 @@ def release(locks: LockStore | None, locked: list[QueuedJob]) -> None:
 
 def release_within(driver: BaseQueue, within: Any, held: list[tuple[str, str]]) -> None:
     """After a failed ``push_within``: the locks :func:`admit_within` took in the caller's transaction."""
+    if not held:
+        return
     try:
         driver.unlock_within(within, held)
     except Exception:  # noqa: BLE001 - the push error is the one to raise; a rollback takes them too
