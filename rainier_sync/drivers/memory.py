@@ -6,7 +6,7 @@ import heapq
 import itertools
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeVar
 
 from .. import _clock
 from ..types import (
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from ..registry import JobRegistry
 
 __all__ = ["MemoryQueue"]
+
+_T = TypeVar("_T")
 
 
 class MemoryQueue(BaseQueue):
@@ -293,13 +295,22 @@ class MemoryQueue(BaseQueue):
         them (priority, then due time, then dispatch), ``delayed`` by due time,
         ``reserved`` by when their reservation lapses. ``name`` keeps the jobs whose
         ``NAME`` contains it, ignoring the case of A to Z, among all of them (no
-        bound). Reads every job of the process: cheap at the sizes a memory queue
-        holds."""
+        bound). A page without a filter is walked from the queue's heaps; a filter,
+        and the reserved jobs, read every job of the process."""
         state = check_page(state, offset, limit)
         needle = name_filter(name)
         wanted = folded(needle) if needle is not None else None
         now = _clock.now()
         with self._mutex:
+            if state == "reserved":  # what is reserved is what is running: few, wherever the rest are
+                held = sorted((until, receipt, job_id) for job_id, (receipt, until) in self._reserved.items())
+                chosen_jobs = [self._jobs[job_id] for _, _, job_id in held if job_id in self._jobs]
+                found = (j for j in chosen_jobs if j.queue == queue and (wanted is None or wanted in folded(j.name)))
+                return Page(self._listed(job, state) for job in itertools.islice(found, offset, offset + limit))
+            if wanted is None:
+                # Walked in order from the heaps: a page costs its own length, not the queue's.
+                walk = self._ready_in_order(queue, now) if state == "ready" else self._delayed_in_order(queue, now)
+                return Page(self._listed(job, state) for job in itertools.islice(walk, offset, offset + limit))
             order = {entry[-1]: entry[-2] for entry in self._ready.get(queue, ())}
             order.update((job_id, seq) for _, seq, job_id in self._delayed.get(queue, ()))
             keyed: list[tuple[tuple[float, ...], QueuedJob]] = []
@@ -308,15 +319,37 @@ class MemoryQueue(BaseQueue):
                     continue
                 if wanted is not None and wanted not in folded(job.name):
                     continue
-                if state == "reserved":
-                    receipt, until = self._reserved[job.id]
-                    keyed.append(((until, receipt), job))
-                elif state == "delayed":
+                if state == "delayed":
                     keyed.append(((job.available_at, order.get(job.id, 0)), job))
                 else:
                     keyed.append(((job.priority, job.available_at, order.get(job.id, 0)), job))
             chosen = heapq.nsmallest(offset + limit, keyed, key=lambda item: item[0])[offset:]
             return Page(self._listed(job, state) for _, job in chosen)
+
+    def _ready_in_order(self, queue: str, now: float) -> Iterator[QueuedJob]:
+        """``queue``'s ready jobs in the order a worker takes them (``_mutex`` held):
+        the ready heap, merged with the delayed jobs already due (moved at the next reserve)."""
+        due = []
+        for at, seq, job_id in _in_order(self._delayed.get(queue, [])):
+            if at > now:
+                break
+            job = self._jobs.get(job_id)
+            if job is not None:
+                due.append((job.priority, at, seq, job_id))
+        due.sort()
+        seen: set[str] = set()
+        for _, _, _, job_id in heapq.merge(_in_order(self._ready.get(queue, [])), due):
+            job = self._jobs.get(job_id)
+            if job is not None and job_id not in self._reserved and job_id not in seen:
+                seen.add(job_id)
+                yield job
+
+    def _delayed_in_order(self, queue: str, now: float) -> Iterator[QueuedJob]:
+        """``queue``'s delayed jobs by due time (``_mutex`` held)."""
+        for at, _, job_id in _in_order(self._delayed.get(queue, [])):
+            job = self._jobs.get(job_id)
+            if at > now and job is not None and job_id not in self._reserved and job.available_at == at:
+                yield job
 
     def find_job(self, id: str) -> ListedJob | None:
         """The stored job ``id`` (ready, delayed or reserved), or None."""
@@ -401,3 +434,18 @@ SPEC = DriverSpec(
     period="reservation",
     default_period=90,
 )
+
+
+def _in_order(heap: list[_T]) -> Iterator[_T]:
+    """The items of ``heap`` smallest first, read without changing it: each step
+    costs the log of the items yielded so far, not of the heap."""
+    if not heap:
+        return
+    frontier: list[tuple[_T, int]] = [(heap[0], 0)]
+    size = len(heap)
+    while frontier:
+        item, at = heapq.heappop(frontier)
+        yield item
+        for child in (2 * at + 1, 2 * at + 2):
+            if child < size:
+                heapq.heappush(frontier, (heap[child], child))

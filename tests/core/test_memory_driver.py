@@ -89,3 +89,30 @@ def test_a_fail_by_a_worker_whose_job_was_reclaimed_stores_nothing(manager: Queu
         assert memory.failed == [] and memory.size() == 1
         memory.acknowledge(current)
         assert memory.size() == 0
+
+
+def test_a_page_walked_from_the_heaps_is_the_page_a_full_sort_gives() -> None:
+    # Given jobs pushed, reserved, released (now and later), acknowledged and come due, at random
+    import random
+
+    rng = random.Random(7)
+    with freeze_time("2026-01-01 12:00:00") as clock:
+        queue = MemoryQueue(reservation=60)
+        for n in range(400):
+            queue.push(QueuedJob(id=f"j{n}", name="t", queue="q", payload={}, priority=rng.randint(-2, 2),
+                                 available_at=1767268800.0 + rng.choice([0, 0, 5, 30])))  # fmt: skip
+        for _ in range(6):
+            for job in queue.reserve_many(["q"], 40):
+                rng.choice([queue.acknowledge, lambda j: queue.release(j, 0), lambda j: queue.release(j, 20), id])(job)
+            clock.tick(7)
+
+        # Then every page of the walk is the same slice of one full, sorted listing
+        for state in ("ready", "delayed", "reserved"):
+            whole = [listed.job.id for listed in queue.list_jobs("q", state, name="t", limit=10_000)]
+            walked = [
+                listed.job.id
+                for offset in range(0, len(whole) + 30, 30)
+                for listed in queue.list_jobs("q", state, offset=offset, limit=30)
+            ]
+            assert walked == whole, state
+            assert whole, f"no {state} job to compare"
