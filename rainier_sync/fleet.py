@@ -305,18 +305,30 @@ class FleetRecorder:
         # An attempt's start is on the monotonic clock (Completion.started): this makes it seconds since the epoch.
         offset = now - _clock.monotonic()
         locate, buckets, size = bisect.bisect_left, WAIT_BUCKETS, len(WAIT_BUCKETS)
+        last_key: tuple[str, Outcome] | None = None
+        last_queue, histogram, run = "", [], 0
         for completion in completions:  # every settled attempt passes here: kept short
             job = completion.job
             queue = job.queue
             key = (queue, completion.outcome)
-            counts[key] = counts.get(key, 0) + 1
-            if job.attempts == 1 and completion.started:
+            if key == last_key:  # a round's completions mostly share a queue and an outcome
+                run += 1
+            else:
+                if last_key is not None:
+                    counts[last_key] = counts.get(last_key, 0) + run
+                last_key, run = key, 1
+            started = completion.started
+            if started and job.attempts == 1:
                 since = job.available_at  # the due time: the dispatch, or later for a delayed job
                 if since < job.dispatched_at:
                     since = job.dispatched_at
                 if since > 0:
-                    histogram = waits.get(queue) or waits.setdefault(queue, [0] * size)
-                    histogram[locate(buckets, completion.started + offset - since)] += 1
+                    if queue != last_queue:
+                        last_queue = queue
+                        histogram = waits.get(queue) or waits.setdefault(queue, [0] * size)
+                    histogram[locate(buckets, started + offset - since)] += 1
+        if last_key is not None:
+            counts[last_key] = counts.get(last_key, 0) + run
 
     def refresh(self, now: float) -> None:
         """Write the record and the counts; the next refresh falls due :data:`RECORD_EVERY` seconds after ``now``."""
