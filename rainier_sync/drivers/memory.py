@@ -45,6 +45,8 @@ class MemoryQueue(BaseQueue):
     """
 
     driver = QueueDriver.MEMORY
+    #: The most ready or delayed jobs a name filter looks at, from the first (as on the database and Redis).
+    listing_scan = 10_000
     promises = Promises.of(QueueDriver.MEMORY)
     capabilities = Capabilities(give_back=True, wakes=True, listing=True)
 
@@ -293,38 +295,42 @@ class MemoryQueue(BaseQueue):
     ) -> Page:
         """A page of ``queue``'s jobs in ``state``: ``ready`` in the order a worker takes
         them (priority, then due time, then dispatch), ``delayed`` by due time,
-        ``reserved`` by when their reservation lapses. ``name`` keeps the jobs whose
-        ``NAME`` contains it, ignoring the case of A to Z, among all of them (no
-        bound). A page without a filter is walked from the queue's heaps; a filter,
-        and the reserved jobs, read every job of the process."""
+        ``reserved`` by when their reservation lapses. Ready and delayed jobs are
+        walked in order from the queue's heaps, so a page costs about its own
+        length; the reserved ones are read from what is held. ``name`` keeps the
+        jobs whose ``NAME`` contains it, ignoring the case of A to Z, among the
+        first :attr:`listing_scan` ready or delayed jobs, as the database and
+        Redis drivers do (the :class:`~rainier_sync.drivers.paging.Page` says when
+        it stopped there)."""
         state = check_page(state, offset, limit)
         needle = name_filter(name)
         wanted = folded(needle) if needle is not None else None
         now = _clock.now()
+        page = Page()
         with self._mutex:
             if state == "reserved":  # what is reserved is what is running: few, wherever the rest are
                 held = sorted((until, receipt, job_id) for job_id, (receipt, until) in self._reserved.items())
-                chosen_jobs = [self._jobs[job_id] for _, _, job_id in held if job_id in self._jobs]
-                found = (j for j in chosen_jobs if j.queue == queue and (wanted is None or wanted in folded(j.name)))
-                return Page(self._listed(job, state) for job in itertools.islice(found, offset, offset + limit))
-            if wanted is None:
-                # Walked in order from the heaps: a page costs its own length, not the queue's.
-                walk = self._ready_in_order(queue, now) if state == "ready" else self._delayed_in_order(queue, now)
-                return Page(self._listed(job, state) for job in itertools.islice(walk, offset, offset + limit))
-            order = {entry[-1]: entry[-2] for entry in self._ready.get(queue, ())}
-            order.update((job_id, seq) for _, seq, job_id in self._delayed.get(queue, ()))
-            keyed: list[tuple[tuple[float, ...], QueuedJob]] = []
-            for job in self._jobs.values():
-                if job.queue != queue or self._state(job, now) != state:
-                    continue
-                if wanted is not None and wanted not in folded(job.name):
-                    continue
-                if state == "delayed":
-                    keyed.append(((job.available_at, order.get(job.id, 0)), job))
-                else:
-                    keyed.append(((job.priority, job.available_at, order.get(job.id, 0)), job))
-            chosen = heapq.nsmallest(offset + limit, keyed, key=lambda item: item[0])[offset:]
-            return Page(self._listed(job, state) for _, job in chosen)
+                jobs: Iterator[QueuedJob] = (self._jobs[job_id] for _, _, job_id in held if job_id in self._jobs)
+                jobs = (job for job in jobs if job.queue == queue)
+            else:
+                jobs = self._ready_in_order(queue, now) if state == "ready" else self._delayed_in_order(queue, now)
+                if wanted is not None:
+                    page.bound = bound = max(1, int(self.listing_scan))
+                    looked = [0]
+
+                    def counted(walk: Iterator[QueuedJob]) -> Iterator[QueuedJob]:
+                        for job in walk:
+                            if looked[0] == bound:
+                                page.complete = False
+                                return
+                            looked[0] += 1
+                            yield job
+
+                    jobs = counted(jobs)
+            if wanted is not None:
+                jobs = (job for job in jobs if wanted in folded(job.name))
+            page.extend(self._listed(job, state) for job in itertools.islice(jobs, offset, offset + limit))
+            return page
 
     def _ready_in_order(self, queue: str, now: float) -> Iterator[QueuedJob]:
         """``queue``'s ready jobs in the order a worker takes them (``_mutex`` held):

@@ -116,3 +116,18 @@ def test_a_page_walked_from_the_heaps_is_the_page_a_full_sort_gives() -> None:
             ]
             assert walked == whole, state
             assert whole, f"no {state} job to compare"
+
+        # ... and the ready jobs come in the order a worker then takes them
+        ready = [listed.job.id for listed in queue.list_jobs("q", "ready", limit=10_000)]
+        assert [job.id for job in queue.reserve_many(["q"], 10_000)] == ready
+
+
+def test_a_name_filter_looks_at_the_first_listing_scan_jobs_and_says_so() -> None:
+    queue = MemoryQueue(reservation=60)
+    queue.listing_scan = 20
+    queue.push_many([QueuedJob(id=f"j{n}", name="a.plain" if n < 30 else "b.wanted", queue="q", payload={},
+                               available_at=0.0) for n in range(40)])  # fmt: skip
+    page = queue.list_jobs("q", "ready", name="wanted")
+    assert list(page) == [] and page.bound == 20 and not page.complete
+    page = queue.list_jobs("q", "ready", name="PLAIN", limit=5)
+    assert [listed.job.id for listed in page] == [f"j{n}" for n in range(5)] and page.complete
