@@ -34,6 +34,22 @@ def float_text(value: float) -> str:
     return text
 
 
+_last_meta: tuple[dict[str, Any], str] = ({}, "{}")
+
+
+def _meta_text(meta: dict[str, Any]) -> str:
+    """``encode(meta)``, remembering the last one of text values only (equal then
+    means the same JSON; ``1 == 1.0`` does not): the jobs of a batch carry equal meta."""
+    global _last_meta
+    last = _last_meta
+    if last[0] == meta:
+        return last[1]
+    text = encode(meta)
+    if all(type(value) is str for value in meta.values()):
+        _last_meta = (dict(meta), text)
+    return text
+
+
 #: Job and queue names repeat from job to job: their JSON strings are kept.
 _name = functools.lru_cache(maxsize=1024)(_quote)
 
@@ -142,7 +158,7 @@ class QueuedJob:
         if self.unique_key is not None:
             text += ',"unique":' + encode([self.unique_key, self.unique_owner, self.unique_for])
         if self.meta:
-            text += ',"meta":' + encode(self.meta)
+            text += ',"meta":' + _meta_text(self.meta)
         return text + "}"
 
     @classmethod

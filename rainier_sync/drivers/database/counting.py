@@ -23,6 +23,7 @@ tally does:
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -83,25 +84,20 @@ def claim_counting(
     could finish in this round)."""
     where, held = core._held(acks)
     keys, ttls, many = _keys(counts)
-    sql = f"""WITH bm (seq, tally_key, field) AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[])),
+    # The members as one JSON text: psycopg dumps a list element by element in Python.
+    sql = f"""WITH bm (seq, tally_key, field) AS (
+    SELECT (e->>0)::bigint, e->>1, e->>2 FROM json_array_elements(%s::json) e),
 bk (tally_key, ttl, c) AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::int[])),
 pl AS (SELECT tally_key, n FROM {TALLIES} WHERE field = 'pending' AND tally_key IN (SELECT tally_key FROM bk)
        ORDER BY tally_key FOR UPDATE),
 safe AS (SELECT bk.tally_key, %s::float8 + bk.ttl AS until FROM bk JOIN pl USING (tally_key) WHERE pl.n - bk.c > 0),
 acked AS (DELETE FROM {JOBS} WHERE {where}
           AND seq NOT IN (SELECT seq FROM bm WHERE tally_key NOT IN (SELECT tally_key FROM safe)) RETURNING seq),
-counted AS (SELECT bm.tally_key, bm.field FROM bm JOIN acked USING (seq)),
-pend AS (UPDATE {TALLIES} t SET n = t.n - (SELECT count(*) FROM counted c WHERE c.tally_key = t.tally_key),
-         expires_at = s.until FROM safe s WHERE t.tally_key = s.tally_key AND t.field = 'pending'
-         RETURNING t.tally_key),
-flds AS (UPDATE {TALLIES} t SET n = t.n + d.c, expires_at = s.until
-         FROM (SELECT tally_key, field, count(*) AS c FROM counted GROUP BY 1, 2) d JOIN safe s USING (tally_key)
-         WHERE t.tally_key = d.tally_key AND t.field = d.field AND (SELECT count(*) FROM pend) >= 0
-         RETURNING t.tally_key),
-touched AS (UPDATE {TALLIES} t SET expires_at = s.until FROM safe s
-            WHERE t.tally_key = s.tally_key AND t.field <> 'pending' AND (SELECT count(*) FROM pend) >= 0
-            AND NOT EXISTS (SELECT 1 FROM counted c WHERE c.tally_key = t.tally_key AND c.field = t.field)
-            RETURNING t.tally_key),
+d AS (SELECT bm.tally_key, bm.field, count(*) AS c FROM bm JOIN acked USING (seq) GROUP BY 1, 2),
+counts AS (UPDATE {TALLIES} t SET expires_at = s.until, n = t.n + CASE WHEN t.field = 'pending'
+           THEN -(SELECT coalesce(sum(d.c), 0) FROM d WHERE d.tally_key = t.tally_key)
+           ELSE (SELECT coalesce(sum(d.c), 0) FROM d WHERE d.tally_key = t.tally_key AND d.field = t.field) END
+           FROM safe s WHERE t.tally_key = s.tally_key RETURNING t.tally_key),
 c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s
       ORDER BY priority, available_at, seq LIMIT %s FOR UPDATE SKIP LOCKED),
 claimed AS (UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s,
@@ -110,17 +106,13 @@ claimed AS (UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %
 SELECT seq, id, queue, name, body, attempts, priority, available_at, token FROM claimed
 UNION ALL SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM bm
 WHERE tally_key NOT IN (SELECT tally_key FROM safe)"""
-    members = [
-        [job.receipt[0] for job, _, _, _ in counts],
-        [key for _, key, _, _ in counts],
-        [field for _, _, field, _ in counts],
-    ]
+    members = json.dumps([[job.receipt[0], key, field] for job, key, field, _ in counts])
     token = uuid.uuid4().hex
     reservation = core.reservation
 
     def params() -> list[Any]:
         now = _clock.now()
-        return [*members, keys, ttls, many, now, *held, queue, now, limit, now, now + reservation, token]
+        return [members, keys, ttls, many, now, *held, queue, now, limit, now, now + reservation, token]
 
     rows: list[tuple[Any, ...]] = core._worker.stamped(sql, params, fetch=True)
     claimed = [row for row in rows if row[1] is not None]
@@ -149,9 +141,18 @@ def settle_counting(
             cursor.fetchall()
         deltas: dict[tuple[str, str], int] = {}
         failed: set[str] = set()
+        done = [job for (job, _, _, _), info in settled if info is None]
+        claimed = all(isinstance(job.receipt, tuple) for job in done)
+        gone: set[int] = set()
+        if done and claimed:  # one statement for the rows that only go: which were still held
+            where, params = core._held(done)
+            cursor.execute(sql(f"DELETE FROM {JOBS} WHERE {where} RETURNING seq"), params)
+            gone = {int(row[0]) for row in cursor.fetchall()}
         for (job, key, field, _), info in settled:
             if info is not None:
                 removed = move_failed(cursor, job, info, now)
+            elif claimed:
+                removed = job.receipt[0] in gone
             else:
                 where, params = core._held([job])
                 cursor.execute(sql(f"DELETE FROM {JOBS} WHERE {where}"), params)

@@ -111,3 +111,35 @@ def test_a_round_that_could_finish_its_batch_is_left_for_the_careful_way(pg_url:
         assert queue.size() == 12 - 3, "the far batch's three acknowledged, the near one's two still held"
     finally:
         queue.close()
+
+
+def test_a_round_counts_each_batch_by_the_rows_it_removed_and_keeps_every_count_alive(pg_url: str) -> None:
+    """Two batches in one PostgreSQL claim: each counts only the rows the round
+    removed (a row whose reservation another claim took since counts nothing), and
+    every row of each tally is kept for the batch's retention from now."""
+    queue, manager = setup(pg_url)
+    try:
+        first = manager.batch([Row(n) for n in range(10)]).dispatch()
+        second = manager.batch([Row(n) for n in range(10)]).dispatch()
+        held = queue.reserve_many(["default"], 20)
+        of = {batch.id: [job for job in held if (job.meta or {})["batch"] == batch.id] for batch in (first, second)}
+        round_ = of[first.id][:4] + of[second.id][:4]
+        lost = round_[1]
+        queue._backend.execute("UPDATE rainier_jobs SET token = 'someone else' WHERE seq = %s", (lost.receipt[0],))
+        counts = [(job, f"batch:{(job.meta or {})['batch']}", "processed", 3600.0) for job in round_]
+        claim_counting(queue, "default", 0, round_, counts, 1_000_000)
+        expected: dict[str, int] = {}
+        for job in round_:
+            if job.id != lost.id:
+                batch_id = str((job.meta or {})["batch"])
+                expected[batch_id] = expected.get(batch_id, 0) + 1
+        for batch in (first, second):
+            found = manager.find_batch(batch.id)
+            assert found is not None
+            assert (found.processed, found.pending) == (expected[batch.id], 10 - expected[batch.id])
+            rows = queue._backend.query(
+                "SELECT field, expires_at FROM rainier_tallies WHERE tally_key = %s", (f"batch:{batch.id}",)
+            )
+            assert len(rows) >= 5 and len({round(float(until)) for _, until in rows}) == 1, rows
+    finally:
+        queue.close()
