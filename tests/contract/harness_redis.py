@@ -16,7 +16,13 @@ from .harness import Harness
 
 
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    url = request.getfixturevalue("redis_url")
+    yield from redis_harness(request, "redis_url", "redis")
+
+
+def redis_harness(request: pytest.FixtureRequest, url_fixture: str, name: str) -> Iterator[Harness]:
+    """The suite on the Redis that ``url_fixture`` names, its keys under a prefix of
+    its own, removed one by one at the end (a Cluster refuses a DEL across slots)."""
+    url = request.getfixturevalue(url_fixture)
     from rainier_sync.drivers import RedisQueue
 
     prefix = f"rscontract:{uuid.uuid4().hex[:12]}:"
@@ -30,7 +36,7 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     try:
         with freeze_time("2026-03-01 12:00:00") as frozen:
             yield Harness(
-                name="redis",
+                name=name,
                 make=make,
                 reservation=30,
                 advance=lambda seconds: frozen.tick(seconds),
@@ -38,7 +44,6 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     finally:
         if made:
             client = made[0].client
-            keys = list(client.scan_iter(match=prefix + "*", count=1000))
-            if keys:
-                client.delete(*keys)
+            for key in list(client.scan_iter(match=prefix + "*", count=1000)):
+                client.delete(key)
             client.close()

@@ -11,10 +11,9 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from rainier_sync.drivers.base import BaseQueue
-from rainier_sync.drivers.database import DatabaseQueue
 from rainier_sync.outbox import Outbox
 from rainier_sync.types import QueuedJob
-from tests.drivers.database.support import mysql_database_url, postgres_schema_url
+from tests.drivers.database.support import emptied, mysql_database_url, postgres_schema_url
 
 #: The SQLAlchemy URL of each dialect, for the DBAPI drivers the queue writes with.
 _SQLALCHEMY = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
@@ -23,13 +22,6 @@ _SQLALCHEMY = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": 
 def sqlalchemy_url(url: str) -> str:
     scheme, rest = url.split("://", 1)
     return f"{_SQLALCHEMY[scheme]}://{rest}"
-
-
-def empty_outbox(url: str) -> None:
-    queue = DatabaseQueue.from_url(url)
-    queue._backend.execute("DELETE FROM rainier_outbox")
-    queue._backend.execute("DELETE FROM rainier_locks")
-    queue.close()
 
 
 @pytest.fixture
@@ -41,16 +33,12 @@ def sqlite_outbox_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def pg_outbox_url(request: pytest.FixtureRequest) -> str:
-    url = postgres_schema_url(request)
-    empty_outbox(url)
-    return url
+    return emptied(postgres_schema_url(request), "rainier_outbox", "rainier_locks")
 
 
 @pytest.fixture
 def my_outbox_url(request: pytest.FixtureRequest) -> str:
-    url = mysql_database_url(request)
-    empty_outbox(url)
-    return url
+    return emptied(mysql_database_url(request), "rainier_outbox", "rainier_locks")
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])

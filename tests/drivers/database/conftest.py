@@ -7,14 +7,9 @@ import pytest
 
 from rainier_sync.drivers.database import DatabaseQueue
 
-from .support import mysql_database_url, postgres_schema_url
+from .support import emptied, mysql_database_url, postgres_schema_url
 
-
-def _empty(url: str) -> None:
-    queue = DatabaseQueue.from_url(url)
-    for table in ("rainier_jobs", "rainier_failed_jobs", "rainier_locks"):
-        queue._backend.execute(f"DELETE FROM {table}")
-    queue.close()
+_TABLES = ("rainier_jobs", "rainier_failed_jobs", "rainier_locks")
 
 
 @pytest.fixture
@@ -28,16 +23,12 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def pg_url(request: pytest.FixtureRequest) -> str:
-    url = postgres_schema_url(request)
-    _empty(url)
-    return url
+    return emptied(postgres_schema_url(request), *_TABLES)
 
 
 @pytest.fixture
 def my_url(request: pytest.FixtureRequest) -> str:
-    url = mysql_database_url(request)
-    _empty(url)
-    return url
+    return emptied(mysql_database_url(request), *_TABLES)
 
 
 @pytest.fixture(params=["sqlite", "postgres", "mysql"])
