@@ -23,7 +23,7 @@ from ...types import ExceptionInfo, QueuedJob
 from ..base import _cannot_count
 from .core import _Call
 from .reading import _IdleReading, _LoopState
-from .wire import _CHUNK, _GROUP, _receipt
+from .wire import _CHUNK, _GROUP, _Receipt
 
 if TYPE_CHECKING:
     from ...locks.redis import RedisLockStore
@@ -76,27 +76,41 @@ class _Counting(_IdleReading):
         reserve (up to ``limit`` jobs of ``queues``); the jobs claimed, and those of
         ``counts`` left held (their batch could finish, or the count failed)."""
         store = self._counted_in()
-        index: dict[int, int] = {}
-        streams: dict[tuple[str, bytes], list[Any]] = {}
-        for job in done:
-            receipt = _receipt(job)
-            if receipt is not None:
-                index[id(job)] = len(index)
-                streams.setdefault((receipt.queue, receipt.band), []).append((receipt.entry, job))
+        ours: dict[int, CountItem] = {}
         held: list[QueuedJob] = []
-        per_tally: dict[str, list[CountItem]] = {}
         for item in counts:
             # A failure's count queues its batch's catch (and may cancel it): the careful way's.
-            if item[2] == "failed" or id(item[0]) not in index:
+            if item[2] == "failed":
                 held.append(item[0])
             else:
-                per_tally.setdefault(item[1], []).append(item)
-        if not per_tally or len(done) > _CHUNK or any(len(items) > _CHUNK for items in per_tally.values()):
+                ours[id(item[0])] = item
+        # Per stream (numbered from 1, in order), the entries acknowledged whatever the counts.
+        streams: dict[tuple[str, bytes], tuple[int, list[bytes]]] = {}
+        per_tally: dict[str, list[tuple[CountItem, int, bytes]]] = {}
+        skip = {id(job) for job in held}
+        for job in done:
+            receipt = job.receipt
+            mine = ours.pop(id(job)) if id(job) in ours else None
+            if id(job) in skip:
+                continue
+            if not isinstance(receipt, _Receipt):
+                if mine is not None:
+                    held.append(job)
+                continue
+            where = streams.get((receipt.queue, receipt.band))
+            if where is None:
+                where = streams[(receipt.queue, receipt.band)] = (len(streams) + 1, [])
+            if mine is None:
+                where[1].append(receipt.entry)
+            else:
+                per_tally.setdefault(mine[1], []).append((mine, where[0], receipt.entry))
+        held += [item[0] for item in ours.values()]  # not among those acknowledged: not ours to count
+        if not per_tally or len(done) > _CHUNK or any(len(found) > _CHUNK for found in per_tally.values()):
             members = {id(item[0]) for item in counts}
             rest = [job for job in done if id(job) not in members]
             return self.acknowledge_and_reserve(rest, queues, limit), [item[0] for item in counts]
         reply: list[Any] = []
-        self._send_deferred([self._count_call(store, index, per_tally, streams, {id(job) for job in held}, reply)])
+        self._send_deferred([self._count_call(store, per_tally, streams, reply)])
         taken = self._reserve(state, queues, limit) if limit > 0 and queues else []
         if not reply:  # no round trip yet (what a blocking read took), or the script failed
             try:
@@ -106,38 +120,33 @@ class _Counting(_IdleReading):
         if not reply or not isinstance(reply[0], list):
             return taken, [item[0] for item in counts]
         if reply[0]:
-            by_index = {index[id(item[0])]: item[0] for items in per_tally.values() for item in items}
-            held += [by_index[int(i)] for i in reply[0]]
+            found = list(per_tally.values())
+            held += [item[0] for number in reply[0] for item, _, _ in found[int(number) - 1]]
         return taken, held
 
     def _count_call(
         self,
         store: RedisLockStore,
-        index: dict[int, int],
-        per_tally: dict[str, list[CountItem]],
-        streams: dict[tuple[str, bytes], list[Any]],
-        held: set[int],
+        per_tally: dict[str, list[tuple[CountItem, int, bytes]]],
+        streams: dict[tuple[str, bytes], tuple[int, list[bytes]]],
         reply: list[Any],
     ) -> _Call:
-        """The count_ack call: each tally's members, then the entries to acknowledge
-        per stream (less those ``held``), each job named by its ``index``."""
+        """The count_ack call: each tally's ``(item, stream number, entry)``, then per
+        stream the entries of the round's other jobs."""
         from ...locks.redis import _ttl_ms
 
         names: list[str] = []
-        args: list[Any] = [_GROUP, len(per_tally)]
-        for key, items in per_tally.items():
+        args: list[Any] = [_GROUP, len(per_tally), len(streams), *(band for _, band in streams)]
+        for key, found in per_tally.items():
             names += store._tally_keys(key)
-            args += [_ttl_ms(max(item[3] for item in items), key), len(items)]
-            for job, _, field, _ in items:
-                args += [job.id, field, index[id(job)]]
+            args += (_ttl_ms(max(item[3] for item, _, _ in found), key), len(found))
+            for (job, _, field, _), number, entry in found:
+                args += (job.id, field, number, entry)
         keys = self.keys
-        for (queue, band), entries in streams.items():
-            kept = [(entry, index[id(job)]) for entry, job in entries if id(job) not in held]
-            if kept:
-                names += [keys.stream(queue, band), keys.reserved(queue)]
-                args += [band, len(kept)]
-                for entry, i in kept:
-                    args += [entry, i]
+        for (queue, band), (_, others) in streams.items():
+            names += (keys.stream(queue, band), keys.reserved(queue))
+            args.append(len(others))
+            args += others
         return _Call("count_ack", names, args, reply)
 
     def settle_counting(

@@ -169,6 +169,13 @@ def test_jobs_are_counted_and_acknowledged_together_and_a_finishing_round_is_hel
     counts = locks.tally(batch_key(batch.id))
     assert counts is not None and (counts["processed"], counts["pending"]) == (1, 2)
     assert queue.size(QUEUE) == 2
+
+    # a failure's count queues its batch's catch: held, and not acknowledged, beside one counted
+    mixed = [(second, batch_key(batch.id), "failed", 3600.0), (third, batch_key(batch.id), "processed", 3600.0)]
+    assert queue.acknowledge_counting([second, third], mixed, [], 0) == ([], [second])
+    counts = locks.tally(batch_key(batch.id))
+    assert counts is not None and (counts["processed"], counts["failed"], counts["pending"]) == (2, 0, 1)
+    assert queue.size(QUEUE) == 1
     assert locks.settled == []
 
 
@@ -180,10 +187,12 @@ def test_a_job_counted_and_then_delivered_again_counts_once(queue: RedisQueue, l
     # Counted, not acknowledged: what a script cut short between its count and its
     # acknowledgement leaves; then its reservation lapses (given back) and it runs again.
     counted = taken[0]
-    if counted_by == "count_ack":  # the script's count part alone: no entry to acknowledge
+    if counted_by == "count_ack":  # the script counts it, and its acknowledgement misses (no such entry)
         reply: list[Any] = []
         item = _items([counted], batch.id)[0]
-        queue._send_deferred([queue._count_call(locks, {id(counted): 0}, {item[1]: [item]}, {}, set(), reply)])
+        receipt = counted.receipt
+        streams = {(receipt.queue, receipt.band): (1, [])}
+        queue._send_deferred([queue._count_call(locks, {item[1]: [(item, 1, b"1-1")]}, streams, reply)])
         queue._sync()
         assert reply == [[]]
     else:

@@ -4,22 +4,27 @@
 -- counting twice when it comes again.
 -- KEYS: per tally, its hash and its members' set; then per stream, the stream and
 -- its queue's reserved key.
--- ARGV: group, the number of tallies, then per tally: keep (ms), m, and m triples
--- (member, field, job index); then per stream: band, n, and n pairs (id, job index).
+-- ARGV: group, the number of tallies, the number of streams, each stream's band;
+-- then per tally: keep (ms), m, and m quadruples (member, field, stream number,
+-- entry id); then per stream: n, and the n entry ids of the round's other jobs.
 -- A tally this round could finish (its pending would reach 0) is left alone, its
--- jobs neither counted nor acknowledged: returns their job indexes, for the
--- careful way, which queues the batch's callbacks.
+-- jobs neither counted nor acknowledged: returns the numbers of those tallies, for
+-- the careful way, which queues the batch's callbacks.
 -- needs: held
-local group, tallies = ARGV[1], tonumber(ARGV[2])
-local left, held_jobs = {}, {}
-local a = 3
+local group, tallies, streams = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local bands, acked, left = {}, {}, {}
+for s = 1, streams do
+  bands[s] = ARGV[3 + s]
+  acked[s] = {}
+end
+local a = 4 + streams
 for t = 1, tallies do
   local tally, set = KEYS[2 * t - 1], KEYS[2 * t]
   local keep, m = ARGV[a], tonumber(ARGV[a + 1])
   a = a + 2
   local members = {}
   for j = 1, m do
-    members[j] = ARGV[a + 3 * (j - 1)]
+    members[j] = ARGV[a + 4 * (j - 1)]
   end
   local seen = redis.call('SMISMEMBER', set, unpack(members))
   local fresh, added, deltas = {}, {}, {}
@@ -28,7 +33,7 @@ for t = 1, tallies do
     if seen[j] == 0 and not added[member] then
       added[member] = true
       fresh[#fresh + 1] = member
-      local field = ARGV[a + 3 * (j - 1) + 1]
+      local field = ARGV[a + 4 * (j - 1) + 1]
       deltas[field] = (deltas[field] or 0) + 1
     end
   end
@@ -43,33 +48,30 @@ for t = 1, tallies do
     end
     redis.call('PEXPIRE', tally, keep)
     redis.call('PEXPIRE', set, keep)
-  else
     for j = 1, m do
-      local index = ARGV[a + 3 * (j - 1) + 2]
-      held_jobs[index] = true
-      left[#left + 1] = tonumber(index)
+      local list = acked[tonumber(ARGV[a + 4 * (j - 1) + 2])]
+      list[#list + 1] = ARGV[a + 4 * (j - 1) + 3]
     end
+  else
+    left[#left + 1] = t
   end
-  a = a + 3 * m
+  a = a + 4 * m
 end
-local k = 2 * tallies + 1
-while a <= #ARGV do
-  local band, n = ARGV[a], tonumber(ARGV[a + 1])
-  local stream, reserved = KEYS[k], KEYS[k + 1]
-  local ids, members = {}, {}
+local k = 2 * tallies
+for s = 1, streams do
+  local n, ids = tonumber(ARGV[a]), acked[s]
   for j = 1, n do
-    local id = ARGV[a + 2 * j]
-    if not held_jobs[ARGV[a + 2 * j + 1]] then
-      ids[#ids + 1] = id
-      members[#members + 1] = held(band, id)
-    end
+    ids[#ids + 1] = ARGV[a + j]
   end
+  a = a + 1 + n
   if #ids > 0 then
-    redis.call('XACK', stream, group, unpack(ids))
-    redis.call('XDEL', stream, unpack(ids))
-    redis.call('ZREM', reserved, unpack(members))
+    local members = {}
+    for j = 1, #ids do
+      members[j] = held(bands[s], ids[j])
+    end
+    redis.call('XACK', KEYS[k + 2 * s - 1], group, unpack(ids))
+    redis.call('XDEL', KEYS[k + 2 * s - 1], unpack(ids))
+    redis.call('ZREM', KEYS[k + 2 * s], unpack(members))
   end
-  a = a + 2 + 2 * n
-  k = k + 2
 end
 return left
