@@ -242,3 +242,18 @@ def test_a_batch_cancelled_mid_drain_skips_the_rest_and_finishes_once(queue: Red
     assert done.processed == len(Row.ran) and done.skipped == 200 - len(Row.ran) > 0
     assert Row.heard == ["callback 3"], "finally once; then needs every job to succeed"
     assert queue.size(QUEUE) == 0
+
+
+def test_under_sentinel_only_the_same_service_sentinels_and_database_count_with_the_acknowledgements(
+    redis_sentinel_url: str,
+) -> None:
+    base = redis_sentinel_url.rsplit("/", 1)[0]
+    queue = RedisQueue.from_url(base + "/3", prefix="rscount:")
+    same = RedisLockStore.from_url(base + "/3", prefix="rscount:lock:")
+    other_db = RedisLockStore.from_url(base + "/4", prefix="rscount:lock:")
+    try:
+        assert queue.counts_batches_of(same)
+        assert not queue.counts_batches_of(other_db)
+    finally:
+        for closing in (other_db, same, queue):
+            closing.close()
