@@ -9,8 +9,9 @@ id (``meta["batch"]``). When a job finishes for good, before it is
 acknowledged, the worker counts it in the tally (:func:`settle_many`, a settle
 round's jobs at once): a job id counts once, so a job run twice (at-least-once
 delivery) is not counted twice. (A database worker whose lock store is its own
-database counts it with the acknowledgement instead, see
-:mod:`rainier_sync.drivers.database.counting`.) The count that sees nothing
+database, or a Redis worker whose lock store is on its server, counts it with
+the acknowledgement instead, see :mod:`rainier_sync.drivers.database.counting`
+and :mod:`rainier_sync.drivers.redis.counting`.) The count that sees nothing
 pending queues the callbacks: ``then`` when every job succeeded,
 ``finally_`` in any case; ``catch`` is queued at a job's final failure. Each
 callback carries a once-key (``batch:<id>:then``...), so however many settles

@@ -7,9 +7,11 @@ Two ways, chosen once per worker:
   again after a crash between its count and its acknowledgement is not counted
   again;
 - with the acknowledgements themselves, where the driver keeps the lock store's
-  tallies in its own backend (``counts_batches_of``: the database driver with
-  its own lock store): a job counts in the transaction that removes its row, so
-  its count and its acknowledgement happen together or not at all.
+  tallies in its own backend (``counts_batches_of``): the database driver with
+  its own lock store counts a job in the transaction that removes its row, so
+  its count and its acknowledgement happen together or not at all; the Redis
+  driver with a lock store on its server counts it in the script that
+  acknowledges it, before the acknowledgement (a job id counts once).
 """
 
 from __future__ import annotations

@@ -103,9 +103,12 @@ class Claims:
         if self._stopping():  # a job just settled stopped the worker (it raised SystemExit)
             limit = 0
         session = self._session()
-        if acks and combined and limit > 0:
+        counted = any(c.batch is not None for c in acks)
+        # Counted with their acknowledgements, the jobs of batches go with the claim
+        # too: a driver that defers acknowledgements reads the counts' reply with it.
+        if acks and limit > 0 and (combined or (counted and self._counting.with_acks(session))):
             try:
-                if any(c.batch is not None for c in acks):
+                if counted:
                     jobs, done, left = self._counting.acknowledge(session, acks, queues, limit)
                 else:
                     jobs, done, left = session.acknowledge_and_reserve([c.job for c in acks], queues, limit), acks, []

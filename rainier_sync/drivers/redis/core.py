@@ -62,14 +62,16 @@ def _consumer_name() -> str:
 
 class _Call:
     """One script call: its name, keys and arguments (sent again as they are
-    when its outcome is unknown; the first key says where it goes)."""
+    when its outcome is unknown; the first key says where it goes), and where its
+    reply goes when the caller wants it (``reply``: appended to as it is read)."""
 
-    __slots__ = ("name", "keys", "args")
+    __slots__ = ("name", "keys", "args", "reply")
 
-    def __init__(self, name: str, keys: list[str], args: list[Any]) -> None:
+    def __init__(self, name: str, keys: list[str], args: list[Any], reply: list[Any] | None = None) -> None:
         self.name = name
         self.keys = keys
         self.args = args
+        self.reply = reply
 
 
 class _Line:
@@ -270,14 +272,16 @@ class _RedisCore(BaseQueue):
         """Read the replies of calls sent earlier on ``line`` (in order, before any later reply)."""
         while line.sent:
             try:
-                line.conn.read_response()
+                reply = line.conn.read_response()
             except _AGAIN:
                 raise  # it did not run: the line is dropped and the call goes again
             except redis.ResponseError:
                 # OOM under noeviction...: sent again by the next operation
                 self._redo.append(line.sent.popleft())
                 continue
-            line.sent.popleft()
+            call = line.sent.popleft()
+            if call.reply is not None:
+                call.reply.append(reply)
 
     def _redo_calls(self) -> None:
         """Send again, one at a time, the deferred calls whose outcome is unknown."""
@@ -286,8 +290,10 @@ class _RedisCore(BaseQueue):
             line = self._line(call.keys[0])
             self._read_sent(line)
             line.conn.send_command("EVAL", _SOURCES[call.name], len(call.keys), *call.keys, *self._stamped(call))
-            line.conn.read_response()
+            reply = line.conn.read_response()
             self._redo.pop(0)
+            if call.reply is not None:
+                call.reply.append(reply)
 
     def _confirm(self) -> None:
         self._fresh_lines()

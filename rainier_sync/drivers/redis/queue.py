@@ -24,7 +24,8 @@ The parts: :mod:`.wire` (how jobs, entries and records are written and read),
 points at: one server, Sentinel, a cluster; where a key's commands go),
 :mod:`.core` (the client and the connections scripts run on), :mod:`.wakeups`
 and :mod:`.reading` (idle waits: wake-up notifications and blocking reads),
-:mod:`.session` (an owning loop's consumer operations), :mod:`.failed` (the
+:mod:`.session` (an owning loop's consumer operations), :mod:`.counting` (the
+jobs of batches counted with their acknowledgements), :mod:`.failed` (the
 failed store) and :mod:`.browse` (listing the jobs stored); :class:`RedisQueue`
 composes them.
 """
@@ -49,8 +50,8 @@ from ..base import Capabilities, Promises, QueueDriver, as_job_list
 from .browse import _Browsing
 from .connection import _connection_settings
 from .core import _Call, _consumer_name
+from .counting import _Counting
 from .failed import _FailedStore
-from .reading import _IdleReading
 from .session import RedisSession
 from .targets import _target
 from .topology import _Topology
@@ -66,7 +67,7 @@ __all__ = ["RedisQueue", "RedisUnavailableError"]
 log = logging.getLogger("rainier_sync")
 
 
-class RedisQueue(_IdleReading, _FailedStore, _Browsing):
+class RedisQueue(_Counting, _FailedStore, _Browsing):
     """Jobs in Redis streams, read through one consumer group.
 
     Fast, and it can lose an accepted job (snapshot persistence, asynchronous

@@ -47,6 +47,7 @@ SOURCES = {
         "push_one",
         "reserve",
         "ack",
+        "count_ack",
         "adopt",
         "release",
         "fail",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ...types import ExceptionInfo, FailedJob, QueuedJob
 from ..base import ConsumerSession, Waker
-from .reading import _IdleReading, _LoopState
+from .counting import CountItem, _Counting
+from .reading import _LoopState
 
 
 class RedisSession(ConsumerSession):
@@ -14,7 +16,7 @@ class RedisSession(ConsumerSession):
     seen and its blocking read are its own. Closing it ends that read and hands
     back, uncounted, what the read took; the driver stays open."""
 
-    def __init__(self, driver: _IdleReading) -> None:
+    def __init__(self, driver: _Counting) -> None:
         self.driver = driver
         self.capabilities = driver.capabilities
         self._state = _LoopState(driver._generation)
@@ -45,6 +47,17 @@ class RedisSession(ConsumerSession):
 
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         return self.driver.fail(job, error)
+
+    def counts_batches_of(self, store: Any) -> bool:
+        return self.driver.counts_batches_of(store)
+
+    def acknowledge_counting(
+        self, done: Sequence[QueuedJob], counts: Sequence[CountItem], queues: Sequence[str], limit: int
+    ) -> tuple[list[QueuedJob], list[QueuedJob]]:
+        return self.driver._acknowledge_counting(self._state, done, counts, queues, limit)
+
+    def settle_counting(self, settled: Sequence[tuple[Any, ExceptionInfo | None]], after: Any) -> None:
+        self.driver.settle_counting(settled, after)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         self.driver.extend(jobs, seconds)

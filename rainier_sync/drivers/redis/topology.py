@@ -210,6 +210,19 @@ class _Topology:
             f" ({address[0]}:{address[1]})" if address else "",
         )
 
+    def place(self) -> tuple[Any, ...] | None:
+        """Which server and database this topology's keys live on, to tell whether
+        two clients share them: one server by its address, a Sentinel service by
+        its name, its sentinels and database; None on a cluster (keys on many nodes)."""
+        target = self.target
+        if target.kind == "cluster":
+            return None
+        if target.kind == "sentinel":
+            return ("sentinel", target.service, frozenset(target.hosts), target.db)
+        kwargs = self.client.connection_pool.connection_kwargs
+        where = kwargs.get("path") or (kwargs.get("host"), kwargs.get("port"))
+        return ("server", where, int(kwargs.get("db", 0) or 0))
+
     def describe(self) -> str:
         target = self.target
         if target.kind == "sentinel":
