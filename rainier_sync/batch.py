@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .locks.base import LockStore
     from .pending import Dispatcher
 
-__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "call_back", "records_of"]
+__all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "tallied", "call_back", "records_of"]
 __all__ += ["CANCEL_LOOKUP", "RETENTION"]
 
 #: Seconds a batch is kept after its last change (the default).
@@ -302,20 +302,29 @@ def settle_many(
             continue  # the batch expired (or was never recorded): nothing to count
         records[batch_id] = record
         items.append((batch_key(batch_id), queued.id, field, float(record.get("retention", RETENTION))))
-    settled = locks.tally_settle_many(items) if items else []
-    counted: dict[str, dict[str, int]] = {}
-    failed: set[str] = set()
-    for (key, _, field, _), (counts, _) in zip(items, settled, strict=True):
-        batch_id = key[len("batch:") :]
-        counted[batch_id] = counts
-        if field == "failed":  # new or not: a crash may have come between its count and its catch
-            failed.add(batch_id)
+    by_key, failed_keys = tallied(items, locks.tally_settle_many(items) if items else [])
+    counted = {key[len("batch:") :]: counts for key, counts in by_key.items()}
+    failed = {key[len("batch:") :] for key in failed_keys}
 
     def cancel(batch_id: str, retention: float) -> dict[str, int]:
         return locks.tally_add(batch_key(batch_id), {"cancelled": 1}, retention)
 
     call_back(dispatcher, records, counted, failed, cancel)
     return counted
+
+
+def tallied(
+    items: Sequence[tuple[str, str, str, float]], settled: Sequence[tuple[dict[str, int], bool]]
+) -> tuple[dict[str, dict[str, int]], set[str]]:
+    """What ``tally_settle_many(items)`` answered (``settled``): each tally's counts
+    by key, and the keys of the tallies that counted a failure."""
+    counts: dict[str, dict[str, int]] = {}
+    failed: set[str] = set()
+    for (key, _, field, _), (tally, _) in zip(items, settled, strict=True):
+        counts[key] = tally
+        if field == "failed":  # new or not: a crash may have come between its count and its catch
+            failed.add(key)
+    return counts, failed
 
 
 def call_back(

@@ -157,17 +157,14 @@ class _Counting(_IdleReading):
         """Count each job in the store (once per job id), call ``after`` with the
         counts, then acknowledge each ``(item, None)`` job and fail each
         ``(item, error)`` one: a crash before the end runs them again, counted once."""
+        from ...batch import tallied
+
         store = self._counted_in()
-        items = [item for item, _ in settled]
-        found = store.tally_settle_many([(key, job.id, field, ttl) for job, key, field, ttl in items])
-        counts: dict[str, dict[str, int]] = {}
+        items = [(key, job.id, field, ttl) for (job, key, field, ttl), _ in settled]
+        counts, failed = tallied(items, store.tally_settle_many(items))
         ttls: dict[str, float] = {}
-        failed: set[str] = set()
-        for (_, key, field, ttl), (tally, _) in zip(items, found, strict=True):
-            counts[key] = tally
+        for key, _, _, ttl in items:
             ttls[key] = max(ttls.get(key, 0.0), float(ttl))
-            if field == "failed":  # new or not: a crash may have come between its count and its catch
-                failed.add(key)
 
         def cancel(key: str) -> dict[str, int]:
             counts[key] = store.tally_add(key, {"cancelled": 1}, ttls[key])
