@@ -43,13 +43,18 @@ class _Counting(_IdleReading):
     _tallies: RedisLockStore | None = None
 
     def counts_batches_of(self, store: Any) -> bool:
-        """Whether ``store`` is a ``RedisLockStore`` on this queue's server and database."""
+        """Whether ``store`` is a ``RedisLockStore`` on this queue's server and database.
+        The first such store is the one this driver counts in: another of other keys
+        (a second manager on this driver) is not (its batches are counted its own way)."""
         from ...locks.redis import RedisLockStore
 
         if not isinstance(store, RedisLockStore):
             return False
         ours, theirs = self._topology.place(), store._topology.place()
         if ours is None or ours != theirs:
+            return False
+        kept = self._tallies
+        if kept is not None and kept is not store and kept._prefix != store._prefix:
             return False
         self._tallies = store
         return True

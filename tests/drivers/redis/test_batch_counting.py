@@ -120,9 +120,15 @@ def test_a_lock_store_on_the_same_server_and_database_is_counted_with_the_acknow
     assert queue.counts_batches_of(locks)
     assert queue.open_session().counts_batches_of(locks)
     from_url = RedisLockStore.from_url(redis_url, prefix=prefix + "other:")
+    again = RedisQueue.from_url(redis_url, prefix=prefix, reservation=30)
     try:
-        assert queue.counts_batches_of(from_url)
+        assert again.counts_batches_of(from_url)
+        # One driver counts in one store's keys: a second store of other keys (another
+        # manager on the same driver) has its batches counted in that store, its own way.
+        assert not queue.counts_batches_of(from_url)
+        assert queue.counts_batches_of(locks)
     finally:
+        again.close()
         from_url.close()
 
 
