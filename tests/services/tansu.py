@@ -75,6 +75,30 @@ def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
     return any(b.port == int(port) for b in metadata.brokers.values())
 
 
+def _listening_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the socket listening on 127.0.0.1:``port``, read
+    from Linux's /proc; None where that cannot be told."""
+    try:
+        with open("/proc/net/tcp", encoding="ascii") as table:
+            rows = table.read().splitlines()[1:]
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    inodes = set()
+    for row in rows:
+        fields = row.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            inodes.add(f"socket:[{inode}]")
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _alive(proc: subprocess.Popen[bytes], seconds: float) -> bool:
     """Whether ``proc`` is still running ``seconds`` from now."""
     try:
@@ -117,9 +141,12 @@ class Tansu:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:
                 if broker_answers(self.bootstrap, timeout=1.0):
-                    # Another test run's broker may hold the port and answer for ours,
-                    # which then exits on its failed bind: only a live process of ours counts.
-                    if _alive(self.proc, 0.3):
+                    # Another broker (another test's, picking the same free port) may hold
+                    # the port and answer for ours, which then exits on its failed bind, late
+                    # on a busy machine: only the port's listening socket in our process
+                    # counts (where that cannot be read, a process of ours still running).
+                    owned = _listening_on(self.proc.pid, self.port)
+                    if owned if owned is not None else _alive(self.proc, 0.3):
                         return self.bootstrap
                     break
                 time.sleep(0.05)

@@ -122,6 +122,22 @@ def private_tansu(tmp_path: pathlib.Path) -> Any:
         broker.stop()
 
 
+def test_a_private_broker_is_never_another_process_answering_on_its_port(
+    private_tansu: Tansu, tmp_path: pathlib.Path
+) -> None:
+    """The outage tests stop their own broker: one whose port another broker held
+    (two tests picking the same free port) would stop nothing. A stand-in that
+    never binds, still starting while the other broker answers, as a late bind
+    failure looks on a busy machine, is not taken for a broker of ours."""
+    slow = tmp_path / "slow-broker"
+    slow.write_text("#!/bin/sh\nexec sleep 5\n")
+    slow.chmod(0o755)
+    stand_in = Tansu(str(slow), tmp_path)
+    with pytest.raises(RuntimeError, match="tansu did not start"):
+        stand_in.start(port=private_tansu.port, attempts=1)
+    assert stand_in.proc is None
+
+
 def test_dispatch_and_reserve_with_the_broker_down_raise_queue_unavailable_naming_the_connection(
     private_tansu: Tansu, names: dict[str, str]
 ) -> None:
