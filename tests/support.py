@@ -44,3 +44,28 @@ def wait_until(
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+def freeze_process(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return once every thread of it is stopped (Linux's
+    /proc): the signal is only queued when ``kill`` returns, and on a busy machine
+    a thread of the target can still answer a request after it."""
+    import signal
+
+    os.kill(pid, signal.SIGSTOP)
+    tasks = f"/proc/{pid}/task"
+    if not os.path.isdir(tasks):
+        return  # no /proc to read: the signal's own promptness will do
+
+    def stopped() -> bool:
+        for task in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{task}/stat", encoding="ascii") as stat:
+                    state = stat.read().rpartition(")")[2].split()[0]
+            except OSError:
+                continue  # the thread ended
+            if state not in ("T", "t"):
+                return False
+        return True
+
+    wait_until(stopped, timeout, 0.005, f"process {pid} to stop")

@@ -14,7 +14,7 @@ from rainier_sync import Container, JobRegistry, QueueManager
 from rainier_sync.errors import QueueUnavailableError
 from tests.drivers.kafka.test_kafka_driver import make, queued
 from tests.services.tansu import Tansu, tansu_binary
-from tests.support import wait_until
+from tests.support import freeze_process, wait_until
 
 pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.kafka
@@ -147,7 +147,7 @@ def test_dispatch_and_reserve_with_the_broker_down_raise_queue_unavailable_namin
         q.push(queued())
         assert len(q.reserve_many(["work"], 5)) == 1
         assert private_tansu.proc is not None
-        os.kill(private_tansu.proc.pid, signal.SIGSTOP)  # the broker stops answering
+        freeze_process(private_tansu.proc.pid)  # the broker stops answering
         started = time.monotonic()
         with pytest.raises(QueueUnavailableError, match="'events'"):
             q.push(queued())
