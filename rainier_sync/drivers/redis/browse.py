@@ -115,10 +115,13 @@ class _Browsing(_RedisCore):
         return page
 
     def find_job(self, id: str) -> ListedJob | None:
-        """The job ``id`` (ready, delayed or reserved), or None. Nothing indexes jobs
-        by id, so this reads each queue's reservations, delayed set and streams in
-        the server, :data:`CALL_BUDGET` jobs per script call, until it is found:
-        an id that is nowhere costs a read of every job stored."""
+        """The job ``id`` (ready, delayed or reserved), or None: one look per queue in
+        the queue's id index (``P<queue>:ids``, kept by every script that moves a job).
+
+        A queue that held jobs before the index existed is read once instead, in
+        the server, :data:`CALL_BUDGET` jobs per script call, each recorded in the
+        index; a search that reads all of it marks the index whole, and later ones
+        look there."""
         plain, ascii_ = _both(id)
         needle = f'{{"id":"{plain}"'
         needle2 = f'{{"id":"{ascii_}"' if ascii_ else ""
@@ -127,7 +130,7 @@ class _Browsing(_RedisCore):
             cursor = ["reserved", "", "0"]
             keys = self.keys.queue_keys(queue)
             while True:
-                args = (_GROUP, needle, *cursor, CALL_BUDGET, needle2)
+                args = (_GROUP, needle, *cursor, CALL_BUDGET, needle2, id)
 
                 def look(args: tuple[Any, ...] = args, keys: list[str] = keys) -> Any:
                     return self._run("find", keys, list(args))

@@ -90,7 +90,7 @@ class _Counting(_IdleReading):
             else:
                 ours[id(item[0])] = item
         # Per stream (numbered from 1, in order), the entries acknowledged whatever the counts.
-        streams: dict[tuple[str, bytes], tuple[int, list[bytes]]] = {}
+        streams: dict[tuple[str, bytes], tuple[int, list[bytes], list[str]]] = {}
         per_tally: dict[str, list[tuple[CountItem, int, bytes]]] = {}
         skip = {id(job) for job in held}
         for job in done:
@@ -104,9 +104,10 @@ class _Counting(_IdleReading):
                 continue
             where = streams.get((receipt.queue, receipt.band))
             if where is None:
-                where = streams[(receipt.queue, receipt.band)] = (len(streams) + 1, [])
+                where = streams[(receipt.queue, receipt.band)] = (len(streams) + 1, [], [])
             if mine is None:
                 where[1].append(receipt.entry)
+                where[2].append(job.id)
             else:
                 per_tally.setdefault(mine[1], []).append((mine, where[0], receipt.entry))
         held += [item[0] for item in ours.values()]  # not among those acknowledged: not ours to count
@@ -133,11 +134,11 @@ class _Counting(_IdleReading):
         self,
         store: RedisLockStore,
         per_tally: dict[str, list[tuple[CountItem, int, bytes]]],
-        streams: dict[tuple[str, bytes], tuple[int, list[bytes]]],
+        streams: dict[tuple[str, bytes], tuple[int, list[bytes], list[str]]],
         reply: list[Any],
     ) -> _Call:
         """The count_ack call: each tally's ``(item, stream number, entry)``, then per
-        stream the entries of the round's other jobs."""
+        stream the entries of the round's other jobs and their job ids."""
         from ...locks.redis import _ttl_ms
 
         names: list[str] = []
@@ -148,10 +149,11 @@ class _Counting(_IdleReading):
             for (job, _, field, _), number, entry in found:
                 args += (job.id, field, number, entry)
         keys = self.keys
-        for (queue, band), (_, others) in streams.items():
+        for (queue, band), (_, others, ids) in streams.items():
             names += (keys.stream(queue, band), keys.reserved(queue))
             args.append(len(others))
             args += others
+            args += ids
         return _Call("count_ack", names, args, reply)
 
     def settle_counting(

@@ -175,12 +175,17 @@ class RedisQueue(_Counting, _FailedStore, _Browsing):
         self.acknowledge_many([job])
 
     def acknowledge_many(self, jobs: Sequence[QueuedJob]) -> None:
-        """XACK and XDEL every job's entry, grouped per stream, in one script call per thousand."""
-        streams: dict[tuple[str, bytes], list[bytes]] = {}
+        """XACK and XDEL every job's entry, grouped per stream, in one script call per
+        thousand (which also forgets each job's id in the queue's id index)."""
+        streams: dict[tuple[str, bytes], tuple[list[bytes], list[str]]] = {}
         for job in jobs:
             receipt = _receipt(job)
             if receipt is not None:
-                streams.setdefault((receipt.queue, receipt.band), []).append(receipt.entry)
+                held = streams.get((receipt.queue, receipt.band))
+                if held is None:
+                    held = streams[(receipt.queue, receipt.band)] = ([], [])
+                held[0].append(receipt.entry)
+                held[1].append(job.id)
         if not streams:
             return
         keys = self.keys
@@ -188,14 +193,14 @@ class RedisQueue(_Counting, _FailedStore, _Browsing):
         for group in self._by_slot(list(streams.items()), lambda item: item[0][0]):
             call = _Call("ack", [], [_GROUP])
             count = 0
-            for (queue, band), ids in group:
-                for start in range(0, len(ids), _CHUNK):
-                    part = ids[start : start + _CHUNK]
+            for (queue, band), (entries, ids) in group:
+                for start in range(0, len(entries), _CHUNK):
+                    part = entries[start : start + _CHUNK]
                     if count + len(part) > _CHUNK and count:
                         calls.append(call)
                         call, count = _Call("ack", [], [_GROUP]), 0
                     call.keys += [keys.stream(queue, band), keys.reserved(queue)]
-                    call.args.extend((band, len(part), *part))
+                    call.args.extend((band, len(part), *part, *ids[start : start + _CHUNK]))
                     count += len(part)
             calls.append(call)
         self._send_deferred(calls)

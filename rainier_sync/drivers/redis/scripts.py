@@ -37,7 +37,7 @@ def source(name: str) -> str:
 
 
 #: Script flags beyond the default (a script that writes).
-_FLAGS = {name: " flags=no-writes" for name in ("counts", "browse", "find")}
+_FLAGS = {name: " flags=no-writes" for name in ("counts", "browse")}
 
 #: The queue's scripts by name, registered with each client (run by EVALSHA, by EVAL when not cached).
 SOURCES = {

@@ -197,7 +197,7 @@ def test_a_job_counted_and_then_delivered_again_counts_once(queue: RedisQueue, l
         reply: list[Any] = []
         item = _items([counted], batch.id)[0]
         receipt = counted.receipt
-        streams = {(receipt.queue, receipt.band): (1, [])}
+        streams = {(receipt.queue, receipt.band): (1, [], [])}
         queue._send_deferred([queue._count_call(locks, {item[1]: [(item, 1, b"1-1")]}, streams, reply)])
         queue._sync()
         assert reply == [[]]

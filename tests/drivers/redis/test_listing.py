@@ -1,6 +1,7 @@
 """The Redis driver's listing where the contract suite does not reach: pages
 across bands and the due part of the delayed set, the name filter's bound,
-entries nobody can read, and ``find_job`` over several script calls."""
+entries nobody can read, and ``find_job``: its id index, and the search of
+a queue stored before the index, over several script calls."""
 
 from __future__ import annotations
 
@@ -118,17 +119,8 @@ def test_entries_nobody_can_read_are_shown_not_raised(queue: RedisQueue, redis_c
     assert delayed.job.available_at == pytest.approx(_clock.now() + 60)
 
 
-def test_find_job_looks_through_several_calls(queue: RedisQueue, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(browse, "CALL_BUDGET", 3)
-    wanted = job(priority=4)
-    lookalike = job(priority=-1, id=wanted.id)  # its payload holds "id":"<the id>", its envelope does not start so
-    held = [job(priority=1) for _ in range(4)]
-    queue.push_many(held)
-    reserved = queue.reserve_many(["default"], 4)
-    assert len(reserved) == 4
-    later = [job(delay=60 + n) for n in range(4)]
-    queue.push_many([lookalike, *[job(priority=2) for _ in range(5)], wanted, *later])
-
+def counting_finds(queue: RedisQueue, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The first word of each ``find`` script reply, as ``find_job`` calls go."""
     calls: list[bytes] = []
     run = queue._run
 
@@ -139,11 +131,112 @@ def test_find_job_looks_through_several_calls(queue: RedisQueue, monkeypatch: py
         return reply
 
     monkeypatch.setattr(queue, "_run", counted)
+    return calls
+
+
+def index_of(queue: RedisQueue, redis_client: Any, name: str = "default") -> dict[str, str]:
+    index = redis_client.hgetall(queue.keys.base(name) + "ids")
+    return {key.decode(): value.decode() for key, value in index.items()}
+
+
+def test_find_job_reads_a_queue_from_before_the_index_through_several_calls_once(
+    queue: RedisQueue, monkeypatch: pytest.MonkeyPatch, redis_client: Any
+) -> None:
+    monkeypatch.setattr(browse, "CALL_BUDGET", 3)
+    wanted = job(priority=4)
+    lookalike = job(priority=-1, id=wanted.id)  # its payload holds "id":"<the id>", its envelope does not start so
+    held = [job(priority=1) for _ in range(4)]
+    queue.push_many(held)
+    reserved = queue.reserve_many(["default"], 4)
+    assert len(reserved) == 4
+    later = [job(delay=60 + n) for n in range(4)]
+    queue.push_many([lookalike, *[job(priority=2) for _ in range(5)], wanted, *later])
+    base = queue.keys.base("default")
+    redis_client.delete(base + "ids", base + "ids:whole")  # as a queue whose jobs were stored before the index
+
+    calls = counting_finds(queue, monkeypatch)
     found = queue.find_job(wanted.id)
     assert found is not None and found.job.id == wanted.id and found.state == "ready"
     assert calls.count(b"found") == 1 and calls.count(b"more") >= 4, "three jobs a call"
+    assert not redis_client.exists(base + "ids:whole"), "a search that stopped early read only part of the queue"
+    calls.clear()
+    assert queue.find_job("nowhere") is None
+    assert calls.count(b"more") >= 4 and redis_client.exists(base + "ids:whole")
+    assert len(index_of(queue, redis_client)) == 4 + 1 + 5 + 1 + 4
+
+    calls.clear()
     found = queue.find_job(later[-1].id)
-    assert found is not None and found.state == "delayed"
+    assert found is not None and found.state == "delayed" and found.job.id == later[-1].id
     found = queue.find_job(reserved[-1].id)
     assert found is not None and found.state == "reserved" and found.reserved_until is not None
     assert queue.find_job("nowhere") is None
+    assert calls == [b"found", b"found", b"end"], "one look in the index each"
+
+
+def test_the_id_index_follows_a_job_wherever_it_goes_and_forgets_it_when_it_is_done(
+    queue: RedisQueue, redis_client: Any
+) -> None:
+    moved = job(priority=3)
+    queue.push(moved)
+    assert queue.find_job(moved.id).state == "ready"  # type: ignore[union-attr]
+    (taken,) = queue.reserve_many(["default"], 1)
+    assert queue.find_job(moved.id).state == "reserved"  # type: ignore[union-attr]
+    queue.release(taken, delay=30)
+    assert index_of(queue, redis_client)[moved.id].startswith("d|")
+    assert queue.find_job(moved.id).state == "delayed"  # type: ignore[union-attr]
+    with freeze_time("2026-03-01 12:01:00"):
+        (taken,) = queue.reserve_many(["default"], 1)  # promoted, then reserved
+        assert queue.find_job(moved.id).state == "reserved"  # type: ignore[union-attr]
+    with freeze_time("2026-03-01 13:00:00"):
+        assert queue.reclaim_expired() == 1  # its reservation lapsed: a new entry of the stream
+        found = queue.find_job(moved.id)
+        assert found is not None and found.state == "ready"
+        (taken,) = queue.reserve_many(["default"], 1)
+        queue.acknowledge(taken)
+        queue._sync()
+    assert queue.find_job(moved.id) is None
+    assert index_of(queue, redis_client) == {}
+
+    failing = job()
+    queue.push(failing)
+    (taken,) = queue.reserve_many(["default"], 1)
+    queue.fail(taken, "boom")
+    assert queue.find_job(failing.id) is None and index_of(queue, redis_client) == {}
+    queue.retry_failed(failing.id)
+    assert queue.find_job(failing.id).state == "ready"  # type: ignore[union-attr]
+
+
+def test_a_drain_leaves_the_id_index_empty_and_a_second_job_of_an_id_keeps_its_place(
+    queue: RedisQueue, redis_client: Any
+) -> None:
+    jobs = [job() for _ in range(300)]
+    queue.push_many(jobs)
+    assert len(index_of(queue, redis_client)) == 300
+    taken = queue.reserve_many(["default"], 300)
+    queue.acknowledge_many(taken)
+    queue._sync()
+    assert index_of(queue, redis_client) == {}
+
+    first, second = job(which=1), job(which=2)
+    second.id = first.id
+    queue.push(first)
+    (held,) = queue.reserve_many(["default"], 1)
+    queue.push(second)  # the index now points at the second
+    queue.acknowledge(held)
+    queue._sync()
+    found = queue.find_job(first.id)
+    assert found is not None and found.job.payload == {"which": 2} and found.state == "ready"
+
+
+def test_ids_json_escapes_are_indexed_as_the_ids_they_spell(queue: RedisQueue, redis_client: Any) -> None:
+    odd = [job() for _ in range(3)]
+    for made, id in zip(odd, ['quote"d', "back\\slash", "naïve☃"], strict=True):
+        made.id = id
+    queue.push_many(odd)
+    assert set(index_of(queue, redis_client)) == {made.id for made in odd}
+    for made in odd:
+        found = queue.find_job(made.id)
+        assert found is not None and found.job.id == made.id
+    queue.acknowledge_many(queue.reserve_many(["default"], 3))
+    queue._sync()
+    assert index_of(queue, redis_client) == {}

@@ -6,16 +6,17 @@
 -- its queue's reserved key.
 -- ARGV: group, the number of tallies, the number of streams, each stream's band;
 -- then per tally: keep (ms), m, and m quadruples (member, field, stream number,
--- entry id); then per stream: n, and the n entry ids of the round's other jobs.
+-- entry id); then per stream: n, the n entry ids of the round's other jobs and their n job ids.
 -- A tally this round could finish (its pending would reach 0) is left alone, its
 -- jobs neither counted nor acknowledged: returns the numbers of those tallies, for
 -- the careful way, which queues the batch's callbacks.
--- needs: held
+-- needs: held ids
 local group, tallies, streams = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local bands, acked, left = {}, {}, {}
+local bands, acked, jobs, left = {}, {}, {}, {}
 for s = 1, streams do
   bands[s] = ARGV[3 + s]
   acked[s] = {}
+  jobs[s] = {}
 end
 local a = 4 + streams
 for t = 1, tallies do
@@ -49,8 +50,10 @@ for t = 1, tallies do
     redis.call('PEXPIRE', tally, keep)
     redis.call('PEXPIRE', set, keep)
     for j = 1, m do
-      local list = acked[tonumber(ARGV[a + 4 * (j - 1) + 2])]
+      local s = tonumber(ARGV[a + 4 * (j - 1) + 2])
+      local list = acked[s]
       list[#list + 1] = ARGV[a + 4 * (j - 1) + 3]
+      jobs[s][#list] = members[j]
     end
   else
     left[#left + 1] = t
@@ -59,16 +62,19 @@ for t = 1, tallies do
 end
 local k = 2 * tallies
 for s = 1, streams do
-  local n, ids = tonumber(ARGV[a]), acked[s]
+  local n, ids, of = tonumber(ARGV[a]), acked[s], jobs[s]
   for j = 1, n do
     ids[#ids + 1] = ARGV[a + j]
+    of[#ids] = ARGV[a + n + j]
   end
-  a = a + 1 + n
+  a = a + 1 + 2 * n
   if #ids > 0 then
     local members = {}
+    local base = base_of_reserved(KEYS[k + 2 * s])
     for j = 1, #ids do
       members[j] = held(bands[s], ids[j])
     end
+    unindex(base, of, bands[s], ids)
     redis.call('XACK', KEYS[k + 2 * s - 1], group, unpack(ids))
     redis.call('XDEL', KEYS[k + 2 * s - 1], unpack(ids))
     redis.call('ZREM', KEYS[k + 2 * s], unpack(members))

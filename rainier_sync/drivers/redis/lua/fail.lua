@@ -3,11 +3,23 @@
 -- With ``held`` = '1', only a reservation still on record is failed: one that lapsed
 -- and was put back is the requeued job's to decide, and a failed copy beside it
 -- would let a retry queue the job twice.
--- needs: held
+-- needs: held ids
 local stream, reserved = KEYS[1], KEYS[2]
 local group, band, id = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('ZREM', reserved, held(band, id)) == 0 and ARGV[7] == '1' then
   return 0
+end
+local found = redis.call('XRANGE', stream, id, id)
+if found[1] then
+  local fields = found[1][2]
+  for k = 1, #fields, 2 do
+    if fields[k] == 'j' then
+      local job = id_of(fields[k + 1])
+      if job then
+        unindex(base_of_reserved(reserved), {job}, band, {id})
+      end
+    end
+  end
 end
 redis.call('XACK', stream, group, id)
 redis.call('XDEL', stream, id)

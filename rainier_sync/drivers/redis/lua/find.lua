@@ -1,25 +1,31 @@
 -- KEYS: the queue's bands, delayed and reserved keys.
--- ARGV: group, needle, phase, band, pos, budget, needle2
--- Look for a job by id, at most ``budget`` jobs per call: the reservations, then
--- the delayed set, then each band's entries not yet delivered (``phase`` and
--- ``band``, ``pos`` say where the last call stopped). ``needle`` is how an
--- envelope of that id starts ('{"id":"..."', as the driver writes them;
--- ``needle2`` as ASCII JSON spells it, or ''); a hit is a candidate the client reads.
+-- ARGV: group, needle, phase, band, pos, budget, needle2, id
+-- Look for the job ``id``. Where the queue's id index holds every job of it
+-- (lua/ids.lua), one look there answers. Otherwise at most ``budget`` jobs per
+-- call: the reservations, then the delayed set, then each band's entries
+-- (``phase`` and ``band``, ``pos`` say where the last call stopped),
+-- each recorded in the index on the way; a call that reaches the end marks the
+-- index whole. ``needle`` is how an envelope of that id starts ('{"id":"...'',
+-- as the driver writes them; ``needle2`` as ASCII JSON spells it, or ''); a hit
+-- is a candidate the client reads.
 -- Returns {'found', phase, band, pos, item} (item as browse.lua gives it, pos
 -- past it), {'more', phase, band, pos}, or {'end'}.
--- needs: stream
+-- needs: stream held ids
 local group, needle = ARGV[1], ARGV[2]
 local phase, band, pos, budget, needle2 = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local keys = {bands = KEYS[1], delayed = KEYS[2], reserved = KEYS[3]}
 local chunk = 500
 local looked = 0
+local base = base_of_bands(keys.bands)
+local index = ids_key(base)
 
--- Whether ``text`` holds an envelope of that id from its ``at``'th character on.
-local function has(text, at)
-  if string.sub(text, at, at + #needle - 1) == needle then
-    return true
+local function body_of(fields)
+  for k = 1, #fields, 2 do
+    if fields[k] == 'j' then
+      return fields[k + 1]
+    end
   end
-  return needle2 ~= '' and string.sub(text, at, at + #needle2 - 1) == needle2
+  return ''
 end
 
 -- Where the envelope starts in a delayed member ("band|attempts|envelope").
@@ -29,13 +35,66 @@ local function envelope_at(member)
   return second and second + 1 or 1
 end
 
-local function body_of(fields)
-  for k = 1, #fields, 2 do
-    if fields[k] == 'j' then
-      return fields[k + 1]
+if phase == 'done' then
+  return {'end'}
+end
+if phase == 'reserved' and pos == '0' and redis.call('EXISTS', base .. 'ids:whole') == 1 then
+  local id = ARGV[8]
+  local at = redis.call('HGET', index, id)
+  if at then
+    local kind, b, where = string.match(at, '^(%a)|([^|]*)|?(.*)$')
+    if kind == 's' then
+      local found = redis.call('XRANGE', stream_of(keys.bands, b), where, where)
+      if found[1] and id_of(body_of(found[1][2])) == id then
+        local deadline = redis.call('ZSCORE', keys.reserved, held(b, where))
+        if deadline then
+          return {'found', 'done', '', '0', {'r', b, where, deadline, found[1][2]}}
+        end
+        return {'found', 'done', '', '0', {'s', b, where, found[1][2]}}
+      end
+    elseif kind == 'd' then
+      -- the members due at that score: rarely more than one
+      local first = 0
+      while true do
+        local got = redis.call('ZRANGEBYSCORE', keys.delayed, b, b, 'WITHSCORES', 'LIMIT', first, chunk)
+        for k = 1, #got, 2 do
+          local member = got[k]
+          if id_of(string.sub(member, envelope_at(member))) == id then
+            return {'found', 'done', '', '0', {'d', member, got[k + 1]}}
+          end
+        end
+        if #got / 2 < chunk then
+          break
+        end
+        first = first + chunk
+      end
     end
   end
-  return ''
+  return {'end'}
+end
+
+-- Whether ``text`` holds an envelope of that id from its ``at``'th character on.
+local function has(text, at)
+  if string.sub(text, at, at + #needle - 1) == needle then
+    return true
+  end
+  return needle2 ~= '' and string.sub(text, at, at + #needle2 - 1) == needle2
+end
+
+-- Record a job this call passes in the index, unless the index knows that id
+-- (a later job of it put it there); true, for use in a condition.
+local function backfill(body, at)
+  local job = id_of(body)
+  if job then
+    redis.call('HSETNX', index, job, at)
+  end
+  return true
+end
+
+-- The last call of a search that read every job: the index now holds each.
+local function finished()
+  redis.call('SET', base .. 'ids:whole', '1')
+  return {'end'}
 end
 
 if phase == 'reserved' or phase == 'delayed' then
@@ -50,10 +109,13 @@ if phase == 'reserved' or phase == 'delayed' then
       if phase == 'reserved' then
         local b, id = string.match(member, '^(-?%d+)|(%S+)')
         local found = b and redis.call('XRANGE', stream_of(keys.bands, b), id, id) or {}
+        if found[1] then
+          backfill(body_of(found[1][2]), 's|' .. b .. '|' .. id)
+        end
         if found[1] and has(body_of(found[1][2]), 1) then
           return {'found', phase, '', tostring(first), {'r', b, id, score, found[1][2]}}
         end
-      elseif has(member, envelope_at(member)) then
+      elseif backfill(string.sub(member, envelope_at(member)), 'd|' .. score) and has(member, envelope_at(member)) then
         return {'found', phase, '', tostring(first), {'d', member, score}}
       end
     end
@@ -76,27 +138,13 @@ while true do
   if band == '' then
     local first = redis.call('ZRANGE', keys.bands, 0, 0)
     if not first[1] then
-      return {'end'}
+      return finished()
     end
     band, pos = first[1], ''
   end
   local stream = stream_of(keys.bands, band)
   if pos == '' then
     pos = '-'
-    local groups = redis.pcall('XINFO', 'GROUPS', stream)
-    if type(groups) == 'table' and not groups.err then
-      for _, g in ipairs(groups) do
-        for k = 1, #g, 2 do
-          if g[k] == 'name' and g[k + 1] == group then
-            for n = 1, #g, 2 do
-              if g[n] == 'last-delivered-id' then
-                pos = '(' .. g[n + 1]
-              end
-            end
-          end
-        end
-      end
-    end
   end
   while true do
     if looked >= budget then
@@ -107,7 +155,12 @@ while true do
     for _, e in ipairs(got) do
       looked = looked + 1
       pos = '(' .. e[1]
+      backfill(body_of(e[2]), 's|' .. band .. '|' .. e[1])
       if has(body_of(e[2]), 1) then
+        local deadline = redis.call('ZSCORE', keys.reserved, held(band, e[1]))
+        if deadline then
+          return {'found', 'stream', band, pos, {'r', band, e[1], deadline, e[2]}}
+        end
         return {'found', 'stream', band, pos, {'s', band, e[1], e[2]}}
       end
     end
@@ -117,7 +170,7 @@ while true do
   end
   local after = redis.call('ZRANGEBYSCORE', keys.bands, '(' .. band, '+inf', 'LIMIT', 0, 1)
   if not after[1] then
-    return {'end'}
+    return finished()
   end
   band, pos = after[1], ''
 end

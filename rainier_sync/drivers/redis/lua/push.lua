@@ -12,7 +12,7 @@ local of, seen = {}, {}
 for i = 4, #ARGV - 1 do
   of[ARGV[i]] = first + 2 * (i - 4)
   if first == 3 then
-    redis.call('SADD', KEYS[2], ARGV[i])
+    index_whole(base_of_bands(KEYS[of[ARGV[i]]]), redis.call('SADD', KEYS[2], ARGV[i]))
   end
 end
 local pos, size = 1, #blob
@@ -28,4 +28,5 @@ while pos <= size do
   pos = stop + 1
 end
 wake(KEYS[1], ARGV[2])
+index_flush()
 return 1

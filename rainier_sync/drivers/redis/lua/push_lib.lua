@@ -2,16 +2,17 @@
 -- ``now`` waits in the delayed set as "band|attempts|json"; a due one is added
 -- to its band's stream. ``wake`` publishes once until some worker reserves
 -- again, so a burst of pushes costs idle workers one wake-up, not thousands.
--- needs: stream
+-- needs: stream ids
 local function push(bands, delayed, band, att, due, body, now, seen)
   if tonumber(due) > now then
     redis.call('ZADD', delayed, due, band .. '|' .. att .. '|' .. body)
+    index_delayed(base_of_bands(bands), body, due)
   else
     if not seen[bands .. '|' .. band] then
       redis.call('ZADD', bands, band, band)
       seen[bands .. '|' .. band] = true
     end
-    redis.call('XADD', stream_of(bands, band), '*', 'j', body, 'a', att)
+    index_entry(base_of_bands(bands), body, band, redis.call('XADD', stream_of(bands, band), '*', 'j', body, 'a', att))
   end
 end
 local function wake(sent, channel)
@@ -19,14 +20,15 @@ local function wake(sent, channel)
     redis.call('PUBLISH', channel, '1')
   end
 end
-local function requeue(stream, group, id)
+local function requeue(bands, band, group, id)
+  local stream = stream_of(bands, band)
   local found = redis.call('XRANGE', stream, id, id)
   redis.call('XACK', stream, group, id)
   redis.call('XDEL', stream, id)
   if not found[1] then
     return 0
   end
-  local fields, bumped = {}, false
+  local fields, bumped, body = {}, false, ''
   local old = found[1][2]
   for k = 1, #old, 2 do
     fields[#fields + 1] = old[k]
@@ -37,12 +39,15 @@ local function requeue(stream, group, id)
       bumped = true
     else
       fields[#fields + 1] = old[k + 1]
+      if old[k] == 'j' then
+        body = old[k + 1]
+      end
     end
   end
   if not bumped then
     fields[#fields + 1] = 'a'
     fields[#fields + 1] = '1'
   end
-  redis.call('XADD', stream, '*', unpack(fields))
+  index_entry(base_of_bands(bands), body, band, redis.call('XADD', stream, '*', unpack(fields)))
   return 1
 end

@@ -13,7 +13,7 @@ for k = 2, #KEYS, 2 do
     redis.call('ZREM', reserved, m)
     local band, id = string.match(m, '^(-?%d+)|(%S+)')
     if band then
-      n = n + requeue(stream_of(bands, band), group, id)
+      n = n + requeue(bands, band, group, id)
     end
   end
   for _, band in ipairs(redis.call('ZRANGE', bands, 0, -1)) do
@@ -26,7 +26,7 @@ for k = 2, #KEYS, 2 do
       end
       for _, id in ipairs(claimed[2]) do
         if not redis.call('ZSCORE', reserved, held(band, id)) then
-          n = n + requeue(stream, group, id)
+          n = n + requeue(bands, band, group, id)
         end
       end
       cursor = claimed[1]
@@ -52,4 +52,5 @@ end
 if n > 0 then
   wake(KEYS[1], ARGV[7])
 end
+index_flush()
 return n

@@ -10,4 +10,5 @@ redis.call('XACK', stream, group, id)
 redis.call('XDEL', stream, id)
 push(KEYS[3], KEYS[4], band, ARGV[6], ARGV[5], ARGV[7], tonumber(ARGV[4]), {})
 wake(KEYS[5], ARGV[8])
+index_flush()
 return 1

@@ -2,7 +2,7 @@
 -- ARGV: group, consumer, now, deadline, limit, promote_batch, then the queues' names.
 -- Promotes due delayed jobs, then reads up to ``limit`` entries, queues in the
 -- order given and bands lowest first, recording each reservation's deadline.
--- needs: stream held
+-- needs: stream held ids
 local group, consumer = ARGV[1], ARGV[2]
 local now_s, deadline = ARGV[3], ARGV[4]
 local left, promote = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -25,7 +25,7 @@ for i = 7, #ARGV do
       redis.call('ZADD', bands, band, band)
       seen[band] = true
     end
-    redis.call('XADD', stream_of(bands, band), '*', 'j', body, 'a', att)
+    index_entry(base_of_bands(bands), body, band, redis.call('XADD', stream_of(bands, band), '*', 'j', body, 'a', att))
   end
   if left > 0 then
     for _, band in ipairs(redis.call('ZRANGE', bands, 0, -1)) do
@@ -33,6 +33,7 @@ for i = 7, #ARGV do
       local got = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left, 'STREAMS', stream, '>')
       if type(got) == 'table' and got.err then
         if not string.find(got.err, 'NOGROUP') then
+          index_flush()
           return redis.error_reply(got.err)
         end
         redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
@@ -64,4 +65,5 @@ for i = 7, #ARGV do
     end
   end
 end
+index_flush()
 return out

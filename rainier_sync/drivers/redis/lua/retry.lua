@@ -7,8 +7,9 @@ if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 if KEYS[6] then
-  redis.call('SADD', KEYS[6], ARGV[3])
+  index_whole(base_of_bands(KEYS[3]), redis.call('SADD', KEYS[6], ARGV[3]))
 end
 push(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[2]), {})
 wake(KEYS[5], ARGV[8])
+index_flush()
 return 1

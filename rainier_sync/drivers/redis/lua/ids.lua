@@ -1,0 +1,98 @@
+-- The id index, ``P<queue>:ids``: each queued job's id -> where it is, "s|band|entry"
+-- (a band's stream entry, ready or reserved) or "d|due" (the delayed set, at that
+-- score). Every script that puts a job somewhere records it; the ones that take an
+-- entry away forget it only where it still points there (another job of the same
+-- id may have been queued since). ``P<queue>:ids:whole`` says the index holds every
+-- job of the queue: set by the push that brings the queue into being, or by a
+-- ``find`` that has read every job of it once.
+local function ids_key(base)
+  return base .. 'ids'
+end
+-- The key base of a queue from its ``bands`` or ``reserved`` key.
+local function base_of_bands(bands)
+  return string.sub(bands, 1, -6)
+end
+local function base_of_reserved(reserved)
+  return string.sub(reserved, 1, -9)
+end
+-- The id of an envelope as the driver writes it ('{"id":"...'), or nil.
+local function id_of(body)
+  local plain = string.match(body, '^{"id":"([^"\\]*)"')
+  if plain then
+    return plain
+  end
+  if string.sub(body, 1, 7) ~= '{"id":"' then
+    return nil
+  end
+  -- the id holds a JSON escape: find its closing quote, then let cjson read it
+  local at = 8
+  while true do
+    local q = string.find(body, '"', at, true)
+    if not q then
+      return nil
+    end
+    local p = q - 1
+    while p >= 8 and string.byte(body, p) == 92 do
+      p = p - 1
+    end
+    if (q - 1 - p) % 2 == 0 then
+      local ok, id = pcall(cjson.decode, string.sub(body, 7, q))
+      if ok and type(id) == 'string' then
+        return id
+      end
+      return nil
+    end
+    at = q + 1
+  end
+end
+-- The queue's first job (``added``: SADD of its name to the queues set answered 1):
+-- there is nothing of it the index could lack.
+local function index_whole(base, added)
+  if added == 1 then
+    redis.call('SET', base .. 'ids:whole', '1')
+  end
+end
+-- What this script recorded, written by ``index_flush`` in one HSET per queue:
+-- every script that indexes calls it before it returns.
+local index_pending = {}
+local function index_at(base, body, at)
+  local id = id_of(body)
+  if id then
+    local list = index_pending[base]
+    if not list then
+      list = {}
+      index_pending[base] = list
+    end
+    list[#list + 1] = id
+    list[#list + 1] = at
+  end
+end
+local function index_entry(base, body, band, entry)
+  index_at(base, body, 's|' .. band .. '|' .. entry)
+end
+local function index_delayed(base, body, due)
+  index_at(base, body, 'd|' .. due)
+end
+local function index_flush()
+  for base, list in pairs(index_pending) do
+    local key = ids_key(base)
+    for i = 1, #list, 2000 do
+      redis.call('HSET', key, unpack(list, i, math.min(i + 1999, #list)))
+    end
+  end
+  index_pending = {}
+end
+-- Forget each ``ids[j]`` where it still points at ``band``'s ``entries[j]``.
+local function unindex(base, ids, band, entries)
+  local key = ids_key(base)
+  local at = redis.call('HMGET', key, unpack(ids))
+  local gone = {}
+  for j = 1, #ids do
+    if at[j] == 's|' .. band .. '|' .. entries[j] then
+      gone[#gone + 1] = ids[j]
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', key, unpack(gone))
+  end
+end
