@@ -240,3 +240,52 @@ def test_ids_json_escapes_are_indexed_as_the_ids_they_spell(queue: RedisQueue, r
     queue.acknowledge_many(queue.reserve_many(["default"], 3))
     queue._sync()
     assert index_of(queue, redis_client) == {}
+
+
+def test_a_second_job_of_an_id_is_found_after_the_one_the_index_pointed_at_is_done(
+    queue: RedisQueue, redis_client: Any
+) -> None:
+    first, second = job(which=1), job(which=2)
+    second.id = first.id  # a dispatch sent again after its reply was lost
+    queue.push(first)
+    queue.push(second)  # the index points at the second now
+    taken = queue.reserve_many(["default"], 2)
+    queue.acknowledge([one for one in taken if one.payload == {"which": 2}][0])
+    queue._sync()
+    found = queue.find_job(first.id)
+    assert found is not None and found.job.payload == {"which": 1}
+    queue.acknowledge([one for one in taken if one.payload == {"which": 1}][0])
+    queue._sync()
+    assert queue.find_job(first.id) is None
+    assert not redis_client.sismember(queue.keys.base("default") + "ids:dup", first.id), "no longer marked"
+
+
+def test_a_search_while_delayed_jobs_are_promoted_does_not_mark_the_index_whole(
+    queue: RedisQueue, monkeypatch: pytest.MonkeyPatch, redis_client: Any
+) -> None:
+    monkeypatch.setattr(browse, "CALL_BUDGET", 3)
+    delayed = [job(delay=30 + n / 100) for n in range(1200)]  # read 500 a call: a search of several calls
+    queue.push_many(delayed)
+    base = queue.keys.base("default")
+    redis_client.delete(base + "ids", base + "ids:whole")  # as a queue stored before the index
+    run = queue._run
+    promoted = []
+
+    def promoting(name: str, keys: list[str], args: list[Any]) -> Any:
+        reply = run(name, keys, args)
+        if name == "find" and not promoted and len(reply) > 1 and reply[1] == b"delayed":
+            # a reserve promotes the first due jobs, which this search has read by position
+            with freeze_time("2026-03-01 12:00:30.035"):
+                promoted.extend(queue.reserve_many(["default"], 4))
+        return reply
+
+    monkeypatch.setattr(queue, "_run", promoting)
+    assert queue.find_job("nowhere") is None
+    assert len(promoted) == 4
+    assert not redis_client.exists(base + "ids:whole"), "the search may have skipped jobs that moved"
+    monkeypatch.setattr(queue, "_run", run)
+    assert queue.find_job("nowhere") is None
+    assert redis_client.exists(base + "ids:whole")
+    for made in delayed[4:]:
+        found = queue.find_job(made.id)
+        assert found is not None and found.state == "delayed"

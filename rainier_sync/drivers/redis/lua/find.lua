@@ -38,7 +38,8 @@ end
 if phase == 'done' then
   return {'end'}
 end
-if phase == 'reserved' and pos == '0' and redis.call('EXISTS', base .. 'ids:whole') == 1 then
+local whole = redis.call('EXISTS', base .. 'ids:whole') == 1
+if phase == 'reserved' and pos == '0' and whole then
   local id = ARGV[8]
   local at = redis.call('HGET', index, id)
   if at then
@@ -70,7 +71,15 @@ if phase == 'reserved' and pos == '0' and redis.call('EXISTS', base .. 'ids:whol
       end
     end
   end
+  if redis.call('SISMEMBER', base .. 'ids:dup', id) == 1 then
+    -- a second job of this id may be queued where the index does not point: read
+    -- the queue (from position '00', which is 0 but does not look in the index)
+    return {'more', 'reserved', '', '00'}
+  end
   return {'end'}
+end
+if phase == 'reserved' and pos == '0' then
+  redis.call('SET', base .. 'ids:scan', '1')
 end
 
 -- Whether ``text`` holds an envelope of that id from its ``at``'th character on.
@@ -92,8 +101,15 @@ local function backfill(body, at)
 end
 
 -- The last call of a search that read every job: the index now holds each.
+-- (unless a delayed job moved or a second job of an id came meanwhile, which
+-- took ``ids:scan`` away); a search for a second job of an id that found none
+-- leaves the id no longer marked.
 local function finished()
-  redis.call('SET', base .. 'ids:whole', '1')
+  if whole then
+    redis.call('SREM', base .. 'ids:dup', ARGV[8])
+  elseif redis.call('DEL', base .. 'ids:scan') == 1 then
+    redis.call('SET', base .. 'ids:whole', '1')
+  end
   return {'end'}
 end
 

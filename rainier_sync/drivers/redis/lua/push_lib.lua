@@ -48,6 +48,6 @@ local function requeue(bands, band, group, id)
     fields[#fields + 1] = 'a'
     fields[#fields + 1] = '1'
   end
-  index_entry(base_of_bands(bands), body, band, redis.call('XADD', stream, '*', unpack(fields)))
+  index_entry(base_of_bands(bands), body, band, redis.call('XADD', stream, '*', unpack(fields)), 'moved')
   return 1
 end

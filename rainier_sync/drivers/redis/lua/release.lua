@@ -8,6 +8,10 @@ if redis.call('ZREM', reserved, held(band, id)) == 0 then
 end
 redis.call('XACK', stream, group, id)
 redis.call('XDEL', stream, id)
+local job = id_of(ARGV[7])
+if job then
+  unindex(base_of_reserved(reserved), {job}, band, {id})
+end
 push(KEYS[3], KEYS[4], band, ARGV[6], ARGV[5], ARGV[7], tonumber(ARGV[4]), {})
 wake(KEYS[5], ARGV[8])
 index_flush()
