@@ -78,15 +78,27 @@ def click_to_load(browser: Any, element: Any, timeout: float = 10) -> None:
     until that page has replaced this one: an element looked up before then may
     belong to the page going away (the ``#notice`` of the last action, say), and
     reading it once the new page is in gives ``StaleElementReferenceException``."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     leaving = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, timeout).until(
-        expected_conditions.staleness_of(leaving), message="the click did not load another page"
-    )
+
+    def gone(_: Any) -> bool:
+        try:
+            leaving.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            # Chromium, asked in the moment the page is replaced, answers with an
+            # inspector error rather than a stale element: the node is gone all the same.
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    WebDriverWait(browser, timeout).until(gone, message="the click did not load another page")
 
 
 def notice_reads(browser: Any, text: str, timeout: float = 10) -> None:
