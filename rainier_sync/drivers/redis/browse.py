@@ -130,7 +130,7 @@ class _Browsing(_RedisCore):
             cursor = ["reserved", "", "0"]
             keys = self.keys.queue_keys(queue)
             while True:
-                args = (_GROUP, needle, *cursor, CALL_BUDGET, needle2, id)
+                args = (needle, *cursor, CALL_BUDGET, needle2, id)
 
                 def look(args: tuple[Any, ...] = args, keys: list[str] = keys) -> Any:
                     return self._run("find", keys, list(args))

@@ -11,7 +11,7 @@
 -- Returns {looked at, skip left, seg, band, pos, items...}, seg 'end' once the
 -- state has no more; an item is {'s', band, id, fields} (a stream entry),
 -- {'d', member, due} (a delayed job) or {'r', band, id, deadline, fields or false}.
--- needs: stream
+-- needs: stream envelope
 local group, state = ARGV[1], ARGV[2]
 local now, skip, want = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local needle, needle2, budget, promote = ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -25,38 +25,8 @@ local function name_of(body)
   if not s then
     return nil
   end
-  local i = s + 8
-  local j = i
-  while true do
-    local k = string.find(body, '"', j, true)
-    if not k then
-      return nil
-    end
-    local b = k - 1
-    while b >= i and string.byte(body, b) == 92 do
-      b = b - 1
-    end
-    if (k - 1 - b) % 2 == 0 then
-      return string.lower(string.sub(body, i, k - 1))
-    end
-    j = k + 1
-  end
-end
-
-local function body_of(fields)
-  if fields[1] == 'j' then
-    return fields[2]
-  end
-  for k = 1, #fields, 2 do
-    if fields[k] == 'j' then
-      return fields[k + 1]
-    end
-  end
-  return ''
-end
-
-local function envelope_of(member)
-  return string.match(member, '^-?%d+|%d+|(.*)$') or member
+  local k = string_end(body, s + 8)
+  return k and string.lower(string.sub(body, s + 8, k - 1))
 end
 
 -- One job of the walk (``body`` read only when filtered); true once the walk stops here.

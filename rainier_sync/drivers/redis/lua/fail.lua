@@ -10,16 +10,9 @@ if redis.call('ZREM', reserved, held(band, id)) == 0 and ARGV[7] == '1' then
   return 0
 end
 local found = redis.call('XRANGE', stream, id, id)
-if found[1] then
-  local fields = found[1][2]
-  for k = 1, #fields, 2 do
-    if fields[k] == 'j' then
-      local job = id_of(fields[k + 1])
-      if job then
-        unindex(base_of_reserved(reserved), {job}, band, {id})
-      end
-    end
-  end
+local job = found[1] and id_of(body_of(found[1][2]))
+if job then
+  unindex(base_of_reserved(reserved), {job}, band, {id})
 end
 redis.call('XACK', stream, group, id)
 redis.call('XDEL', stream, id)

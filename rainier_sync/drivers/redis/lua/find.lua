@@ -1,5 +1,5 @@
 -- KEYS: the queue's bands, delayed and reserved keys.
--- ARGV: group, needle, phase, band, pos, budget, needle2, id
+-- ARGV: needle, phase, band, pos, budget, needle2, id
 -- Look for the job ``id``. Where the queue's id index holds every job of it
 -- (lua/ids.lua), one look there answers. Otherwise at most ``budget`` jobs per
 -- call: the reservations, then the delayed set, then each band's entries
@@ -10,37 +10,20 @@
 -- is a candidate the client reads.
 -- Returns {'found', phase, band, pos, item} (item as browse.lua gives it, pos
 -- past it), {'more', phase, band, pos}, or {'end'}.
--- needs: stream held ids
-local group, needle = ARGV[1], ARGV[2]
-local phase, band, pos, budget, needle2 = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
+-- needs: held ids
+local needle, id = ARGV[1], ARGV[7]
+local phase, band, pos, budget, needle2 = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local keys = {bands = KEYS[1], delayed = KEYS[2], reserved = KEYS[3]}
 local chunk = 500
 local looked = 0
 local base = base_of_bands(keys.bands)
 local index = ids_key(base)
 
-local function body_of(fields)
-  for k = 1, #fields, 2 do
-    if fields[k] == 'j' then
-      return fields[k + 1]
-    end
-  end
-  return ''
-end
-
--- Where the envelope starts in a delayed member ("band|attempts|envelope").
-local function envelope_at(member)
-  local first = string.find(member, '|', 1, true)
-  local second = first and string.find(member, '|', first + 1, true)
-  return second and second + 1 or 1
-end
-
 if phase == 'done' then
   return {'end'}
 end
 local whole = redis.call('EXISTS', base .. 'ids:whole') == 1
 if phase == 'reserved' and pos == '0' and whole then
-  local id = ARGV[8]
   local at = redis.call('HGET', index, id)
   if at then
     local kind, b, where = string.match(at, '^(%a)|([^|]*)|?(.*)$')
@@ -60,7 +43,7 @@ if phase == 'reserved' and pos == '0' and whole then
         local got = redis.call('ZRANGEBYSCORE', keys.delayed, b, b, 'WITHSCORES', 'LIMIT', first, chunk)
         for k = 1, #got, 2 do
           local member = got[k]
-          if id_of(string.sub(member, envelope_at(member))) == id then
+          if id_of(envelope_of(member)) == id then
             return {'found', 'done', '', '0', {'d', member, got[k + 1]}}
           end
         end
@@ -82,12 +65,12 @@ if phase == 'reserved' and pos == '0' then
   redis.call('SET', base .. 'ids:scan', '1')
 end
 
--- Whether ``text`` holds an envelope of that id from its ``at``'th character on.
-local function has(text, at)
-  if string.sub(text, at, at + #needle - 1) == needle then
+-- Whether ``text`` is an envelope of that id.
+local function has(text)
+  if string.sub(text, 1, #needle) == needle then
     return true
   end
-  return needle2 ~= '' and string.sub(text, at, at + #needle2 - 1) == needle2
+  return needle2 ~= '' and string.sub(text, 1, #needle2) == needle2
 end
 
 -- Record a job this call passes in the index, unless the index knows that id
@@ -106,7 +89,7 @@ end
 -- leaves the id no longer marked.
 local function finished()
   if whole then
-    redis.call('SREM', base .. 'ids:dup', ARGV[8])
+    redis.call('SREM', base .. 'ids:dup', id)
   elseif redis.call('DEL', base .. 'ids:scan') == 1 then
     redis.call('SET', base .. 'ids:whole', '1')
   end
@@ -123,15 +106,15 @@ if phase == 'reserved' or phase == 'delayed' then
       first = first + 1
       local member, score = got[k], got[k + 1]
       if phase == 'reserved' then
-        local b, id = string.match(member, '^(-?%d+)|(%S+)')
-        local found = b and redis.call('XRANGE', stream_of(keys.bands, b), id, id) or {}
+        local b, entry = string.match(member, '^(-?%d+)|(%S+)')
+        local found = b and redis.call('XRANGE', stream_of(keys.bands, b), entry, entry) or {}
         if found[1] then
-          backfill(body_of(found[1][2]), 's|' .. b .. '|' .. id)
+          backfill(body_of(found[1][2]), 's|' .. b .. '|' .. entry)
         end
-        if found[1] and has(body_of(found[1][2]), 1) then
-          return {'found', phase, '', tostring(first), {'r', b, id, score, found[1][2]}}
+        if found[1] and has(body_of(found[1][2])) then
+          return {'found', phase, '', tostring(first), {'r', b, entry, score, found[1][2]}}
         end
-      elseif backfill(string.sub(member, envelope_at(member)), 'd|' .. score) and has(member, envelope_at(member)) then
+      elseif backfill(envelope_of(member), 'd|' .. score) and has(envelope_of(member)) then
         return {'found', phase, '', tostring(first), {'d', member, score}}
       end
     end
@@ -172,7 +155,7 @@ while true do
       looked = looked + 1
       pos = '(' .. e[1]
       backfill(body_of(e[2]), 's|' .. band .. '|' .. e[1])
-      if has(body_of(e[2]), 1) then
+      if has(body_of(e[2])) then
         local deadline = redis.call('ZSCORE', keys.reserved, held(band, e[1]))
         if deadline then
           return {'found', 'stream', band, pos, {'r', band, e[1], deadline, e[2]}}

@@ -6,13 +6,11 @@
 -- job of the queue: set by the push that brings the queue into being, or by a
 -- ``find`` that has read every job of it once while nothing moved a delayed job
 -- (``P<queue>:ids:scan``, set when the search began, still there at its end).
+-- needs: stream envelope
 local function ids_key(base)
   return base .. 'ids'
 end
--- The key base of a queue from its ``bands`` or ``reserved`` key.
-local function base_of_bands(bands)
-  return string.sub(bands, 1, -6)
-end
+-- The key base of a queue from its ``reserved`` key (lua/stream.lua: from its ``bands`` key).
 local function base_of_reserved(reserved)
   return string.sub(reserved, 1, -9)
 end
@@ -26,25 +24,15 @@ local function id_of(body)
     return nil
   end
   -- the id holds a JSON escape: find its closing quote, then let cjson read it
-  local at = 8
-  while true do
-    local q = string.find(body, '"', at, true)
-    if not q then
-      return nil
-    end
-    local p = q - 1
-    while p >= 8 and string.byte(body, p) == 92 do
-      p = p - 1
-    end
-    if (q - 1 - p) % 2 == 0 then
-      local ok, id = pcall(cjson.decode, string.sub(body, 7, q))
-      if ok and type(id) == 'string' then
-        return id
-      end
-      return nil
-    end
-    at = q + 1
+  local q = string_end(body, 8)
+  if not q then
+    return nil
   end
+  local ok, id = pcall(cjson.decode, string.sub(body, 7, q))
+  if ok and type(id) == 'string' then
+    return id
+  end
+  return nil
 end
 -- The queue's first job (``added``: SADD of its name to the queues set answered 1):
 -- there is nothing of it the index could lack.

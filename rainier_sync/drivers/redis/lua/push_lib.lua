@@ -2,7 +2,7 @@
 -- ``now`` waits in the delayed set as "band|attempts|json"; a due one is added
 -- to its band's stream. ``wake`` publishes once until some worker reserves
 -- again, so a burst of pushes costs idle workers one wake-up, not thousands.
--- needs: stream ids
+-- needs: ids
 local function push(bands, delayed, band, att, due, body, now, seen)
   if tonumber(due) > now then
     redis.call('ZADD', delayed, due, band .. '|' .. att .. '|' .. body)

@@ -2,7 +2,7 @@
 -- ARGV: group, consumer, now, deadline, limit, promote_batch, then the queues' names.
 -- Promotes due delayed jobs, then reads up to ``limit`` entries, queues in the
 -- order given and bands lowest first, recording each reservation's deadline.
--- needs: stream held ids
+-- needs: held ids
 local group, consumer = ARGV[1], ARGV[2]
 local now_s, deadline = ARGV[3], ARGV[4]
 local left, promote = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -28,7 +28,8 @@ for i = 7, #ARGV do
     index_entry(base_of_bands(bands), body, band, redis.call('XADD', stream_of(bands, band), '*', 'j', body, 'a', att), 'moved')
   end
   if due[1] then
-    -- a search reading the delayed set by position would skip as many as left it
+    -- a search reading the delayed set by position would skip as many as left it;
+    -- written now, before a read below can fail
     redis.call('DEL', base_of_bands(bands) .. 'ids:scan')
     index_flush()
   end
@@ -38,7 +39,6 @@ for i = 7, #ARGV do
       local got = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left, 'STREAMS', stream, '>')
       if type(got) == 'table' and got.err then
         if not string.find(got.err, 'NOGROUP') then
-          index_flush()
           return redis.error_reply(got.err)
         end
         redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
@@ -70,5 +70,4 @@ for i = 7, #ARGV do
     end
   end
 end
-index_flush()
 return out
