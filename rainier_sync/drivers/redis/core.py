@@ -162,18 +162,16 @@ class _RedisCore(BaseQueue):
             return client.eval(script.text, len(keys), *keys, *args)
 
     def _register(self, queues: Sequence[str]) -> None:
-        """On a cluster, add ``queues`` to the queues set before their first job (once
-        per process); a queue new to it gets its id index marked whole (lua/ids.lua)."""
+        """On a cluster, add ``queues`` to the queues set before their first job (once per process)."""
         if not self.cluster:
             return
         new = sorted(set(queues) - self._registered)
         if new:
-            keys = self.keys
 
             def register() -> None:
-                for queue in new:
-                    if self._client.sadd(keys.queues(), queue):
-                        self._client.set(keys.base(queue) + "ids:whole", "1")
+                for queue in new:  # new to the set: nothing of it its id index could lack (lua/ids.lua)
+                    if self._client.sadd(self.keys.queues(), queue):
+                        self._client.set(self.keys.base(queue) + "ids:whole", "1")
 
             self._call("dispatch", register)
             self._registered.update(new)
