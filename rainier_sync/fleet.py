@@ -23,6 +23,7 @@ import math
 import os
 import secrets
 import socket
+import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "WAIT_BUCKETS",
     "wait_percentile",
     "merge_buckets",
+    "wait_bucket",
 ]
 
 #: Seconds between a worker's refreshes of its record (and flushes of its counts).
@@ -222,6 +224,18 @@ def wait_percentile(buckets: dict[float, int], q: float) -> float | None:
     return previous
 
 
+def wait_bucket(job: QueuedJob, began: float) -> int:
+    """The index in :data:`WAIT_BUCKETS` of how long a first attempt, begun at
+    ``began`` (seconds since the epoch), waited since the job fell due (its
+    dispatch, or later for a delayed job); -1 for a retry, whose wait is its backoff."""
+    if job.attempts != 1:
+        return -1
+    since = job.available_at if job.available_at > job.dispatched_at else job.dispatched_at
+    if since <= 0:
+        return -1
+    return bisect.bisect_left(WAIT_BUCKETS, began - since)
+
+
 def _version() -> str:
     try:
         return metadata.version("rainier_sync")
@@ -258,9 +272,10 @@ class _Pending:
 
 
 class FleetRecorder:
-    """One worker's record and counts, kept by its owning loop (never shared
-    between threads). Failed writes go to ``report`` and are tried again at the
-    next refresh; nothing here raises."""
+    """One worker's record and counts. Its owning loop counts what settles
+    (:meth:`count`); the writes happen on a thread of the recorder's own
+    (:meth:`start`), so a slow lock store never holds up a claim. Failed writes
+    go to ``report`` and are tried again at the next refresh; nothing here raises."""
 
     def __init__(
         self,
@@ -271,11 +286,13 @@ class FleetRecorder:
         *,
         report: Callable[[str, BaseException], None],
         running: Callable[[], Iterable[tuple[QueuedJob, float]]],
+        last_turn: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.locks = locks
         self.connection = connection
         self._report = report
         self._running = running
+        self._last_turn = last_turn
         host = socket.gethostname()
         pid = os.getpid()
         self.id = f"{host}-{pid}-{secrets.token_hex(4)}"
@@ -288,28 +305,47 @@ class FleetRecorder:
             "concurrency": concurrency,
             "version": _version(),
         }
-        #: When the next refresh is due (the owning loop's monotonic clock).
-        self.next_at = 0.0
-        #: Counts not yet written, by minute.
+        #: Counts not yet written, by minute (swapped out whole under ``_lock``).
         self._counts: dict[int, _Pending] = {}
+        self._lock = threading.Lock()
+        self._leaving = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Write the record now and every :data:`RECORD_EVERY` seconds after, on a
+        thread of its own, until :meth:`leave`."""
+        if self._thread is not None:
+            return
+        self._leaving.clear()
+        self._thread = threading.Thread(target=self._keep, name=f"rainier-fleet-{self.id}", daemon=True)
+        self._thread.start()
+
+    def _keep(self) -> None:
+        while True:
+            # A worker whose loop has not turned for as long as a record lives is
+            # left to lapse from the list, as a dead one is, until it turns again.
+            last = self._last_turn()
+            if last is None or _clock.monotonic() - last < RECORD_TTL:
+                self.refresh()
+            if self._leaving.wait(RECORD_EVERY):
+                return
 
     def count(self, completions: Sequence[Completion]) -> None:
         """Count settled attempts under the current minute, and the wait of each
         first attempt that started (written at the next refresh)."""
-        now = _clock.now()
-        minute = int(now // 60) * 60
+        with self._lock:
+            self._count(completions)
+
+    def _count(self, completions: Sequence[Completion]) -> None:
+        minute = int(_clock.now() // 60) * 60
         pending = self._counts.get(minute)
         if pending is None:
             pending = self._counts[minute] = _Pending()
         counts, waits = pending.counts, pending.waits
-        # An attempt's start is on the monotonic clock (Completion.started): this makes it seconds since the epoch.
-        offset = now - _clock.monotonic()
-        locate, buckets, size = bisect.bisect_left, WAIT_BUCKETS, len(WAIT_BUCKETS)
         last_key: tuple[str, Outcome] | None = None
         last_queue, histogram, run = "", [], 0
         for completion in completions:  # every settled attempt passes here: kept short
-            job = completion.job
-            queue = job.queue
+            queue = completion.job.queue
             key = (queue, completion.outcome)
             if key == last_key:  # a round's completions mostly share a queue and an outcome
                 run += 1
@@ -317,22 +353,17 @@ class FleetRecorder:
                 if last_key is not None:
                     counts[last_key] = counts.get(last_key, 0) + run
                 last_key, run = key, 1
-            started = completion.started
-            if started and job.attempts == 1:
-                since = job.available_at  # the due time: the dispatch, or later for a delayed job
-                if since < job.dispatched_at:
-                    since = job.dispatched_at
-                if since > 0:
-                    if queue != last_queue:
-                        last_queue = queue
-                        histogram = waits.get(queue) or waits.setdefault(queue, [0] * size)
-                    histogram[locate(buckets, started + offset - since)] += 1
+            bucket = completion.wait_bucket
+            if bucket >= 0:
+                if queue != last_queue:
+                    last_queue = queue
+                    histogram = waits.get(queue) or waits.setdefault(queue, [0] * len(WAIT_BUCKETS))
+                histogram[bucket] += 1
         if last_key is not None:
             counts[last_key] = counts.get(last_key, 0) + run
 
-    def refresh(self, now: float) -> None:
-        """Write the record and the counts; the next refresh falls due :data:`RECORD_EVERY` seconds after ``now``."""
-        self.next_at = now + RECORD_EVERY
+    def refresh(self) -> None:
+        """Write the record and the counts."""
         try:
             self.locks.put_value(worker_key(self.id), json.dumps(self._snapshot()), RECORD_TTL)
             # Raised every time: a listing lowers it if the record lapsed while this worker was stuck.
@@ -343,21 +374,28 @@ class FleetRecorder:
 
     def flush(self) -> None:
         """Add the counts kept in memory to the lock store's tallies."""
-        if not self._counts:
-            return
-        pending, self._counts = self._counts, {}
+        with self._lock:
+            if not self._counts:
+                return
+            pending, self._counts = self._counts, {}
         oldest = _clock.now() - THROUGHPUT_KEEP
         for minute in sorted(pending):
             try:
                 self.locks.tally_add(throughput_key(self.connection, minute), pending[minute].fields(), THROUGHPUT_KEEP)
             except Exception as exc:  # noqa: BLE001 - reported; kept for the next refresh
                 self._report("count_throughput", exc)
-                for later in (m for m in pending if m >= minute and m > oldest):
-                    self._counts.setdefault(later, _Pending()).add(pending[later])
+                with self._lock:
+                    for later in (m for m in pending if m >= minute and m > oldest):
+                        self._counts.setdefault(later, _Pending()).add(pending[later])
                 return
 
     def leave(self) -> None:
-        """At a clean exit: write the last counts and remove the record."""
+        """At a clean exit: stop the recorder's thread, write the last counts and remove the record."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._leaving.set()
+            # Bounded: a lock store that hangs leaves the record to lapse on its own.
+            thread.join(RECORD_TTL)
         self.flush()
         try:
             self.locks.set_flag(workers_group(self.connection), self.id, False)

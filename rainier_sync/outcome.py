@@ -53,9 +53,9 @@ class Completion:
     attempt: int | None = None
     #: Why a middleware deferred or skipped it.
     reason: str = ""
-    #: When the attempt started, on the library's monotonic clock, where the worker
-    #: kept it (for the fleet's wait times); 0 when not.
-    started: float = 0.0
+    #: Where the worker counts wait times for the fleet: the bucket of a first
+    #: attempt's wait (:func:`rainier_sync.fleet.wait_bucket`); -1 when not.
+    wait_bucket: int = -1
     #: The count this job of a batch has yet to settle (``processed``, ``failed`` or
     #: ``skipped``): a worker's owning loop settles a round's at once, before applying them.
     batch: str | None = None

@@ -1,4 +1,5 @@
-"""PostgreSQL's settle of many tally members: one statement, so one round trip.
+"""PostgreSQL's settle of many tally members, and its add of many fields: one
+statement each, so one round trip.
 
 Its steps run in an order the statement's own data flow forces: first the
 members are inserted (in key and member order; the new ones come back), then
@@ -13,7 +14,7 @@ from typing import Any, Sequence
 
 from ..drivers.database._schema import TALLIES, TALLY_MEMBERS
 
-__all__ = ["SETTLE", "settle_params", "read_settled"]
+__all__ = ["SETTLE", "ADD", "settle_params", "read_settled"]
 
 SETTLE = f"""WITH input (tally_key, member, field, until) AS (
     SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::float8[])),
@@ -45,6 +46,23 @@ SELECT 'n', tally_key, field, n FROM pend
 UNION ALL SELECT 'n', tally_key, field, n FROM flds
 UNION ALL SELECT 'n', tally_key, field, n FROM touched
 UNION ALL SELECT 'm', tally_key, member, 0 FROM ins"""
+
+
+#: Adds ``n`` to each field of one tally and renews every row's expiry; returns
+#: all its rows. Run after the tally's rows are locked (``_lock_rows``), so its
+#: snapshot sees every row a change that held them committed.
+ADD = f"""WITH input (tally_key, field, n, until) AS (
+    SELECT %s::text, field, n, %s::float8 FROM unnest(%s::text[], %s::bigint[]) AS u (field, n)),
+added AS (
+    INSERT INTO {TALLIES} (tally_key, field, n, expires_at)
+    SELECT tally_key, field, n, until FROM input ORDER BY field <> 'pending', field
+    ON CONFLICT (tally_key, field) DO UPDATE SET n = {TALLIES}.n + excluded.n, expires_at = excluded.expires_at
+    RETURNING field, n),
+touched AS (
+    UPDATE {TALLIES} t SET expires_at = i.until FROM (SELECT tally_key, until FROM input LIMIT 1) i
+    WHERE t.tally_key = i.tally_key AND t.field NOT IN (SELECT field FROM input)
+    RETURNING t.field, t.n)
+SELECT field, n FROM added UNION ALL SELECT field, n FROM touched"""
 
 
 def settle_params(items: Sequence[tuple[str, str, str, float]], now: float) -> list[Any]:

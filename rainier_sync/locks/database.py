@@ -13,7 +13,7 @@ from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, TALLIES, TALLY_ME
 from ..drivers.database.backend import _Backend
 from ..types import float_text
 from ._pg_listen import ValueListener, notifying_key
-from ._pg_tally import SETTLE, read_settled, settle_params
+from ._pg_tally import ADD, SETTLE, read_settled, settle_params
 from .base import LockStore, rooms_of, take_from
 
 __all__ = ["DatabaseLockStore"]
@@ -257,6 +257,10 @@ class DatabaseLockStore(LockStore):
         def add(cursor: Any) -> dict[str, int]:
             self._lock_rows(cursor, key)
             until = _clock.now() + ttl
+            if self.dialect == POSTGRESQL and counts:  # every field in one statement
+                fields = sorted(counts)
+                cursor.execute(ADD, (key, until, fields, [int(counts[field]) for field in fields]))
+                return {str(field): int(n) for field, n in cursor.fetchall()}
             for field, n in counts.items():
                 cursor.execute(
                     sql(self._insert_absent(TALLIES, "tally_key, field, n, expires_at", "%s, %s, 0, %s")),

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _clock, signals
 from ..errors import ConfigurationError
 from ..execution import ABANDONED, Completion, Executor
-from ..fleet import RECORD_EVERY, FleetRecorder
+from ..fleet import RECORD_EVERY, FleetRecorder, wait_bucket
 from ..scheduler import Scheduler
 from ..types import QueuedJob
 from .attempts import Attempts
@@ -93,8 +93,8 @@ class Worker(Control, Stopping):
         self._pool: Pool[QueuedJob] | None = None
         self._session: ConsumerSession | None = None
         self._health = Health(self, self.connection_name, once=self.options.once, give_up=self.options.give_up)
-        #: The attempts running in pool threads, and when each started (monotonic),
-        #: kept only for the worker's record.
+        #: The attempts running in pool threads, and when each started (seconds
+        #: since the epoch), kept only for the worker's record.
         self._started: dict[int, tuple[QueuedJob, float]] | None = None
         #: This worker's record in the lock store, and its counts per minute (None without a store).
         self.fleet: FleetRecorder | None = None
@@ -103,7 +103,7 @@ class Worker(Control, Stopping):
             self.fleet = FleetRecorder(
                 manager.locks, self.connection_name or self.driver.connection, self.options.queues,
                 self.options.concurrency,
-                report=self._health.failed, running=self._running_since,
+                report=self._health.failed, running=self._running_since, last_turn=lambda: self._last_turn,
             )  # fmt: skip
         self._claims = Claims(
             self._consumer, self.executor, self.stats, report=self._health.failed, stop=self.stop,
@@ -142,7 +142,7 @@ class Worker(Control, Stopping):
         #: The longest the loop waits between turns: with a health file, it turns
         #: about as often as it touches the file, busy or idle, whatever ``sleep``.
         self._longest_wait = TOUCH_EVERY if self._health_file is not None else float("inf")
-        if self.fleet is not None:  # and about as often as its record is refreshed
+        if self.fleet is not None:  # and as often as its record is refreshed, which waits for a turn
             self._longest_wait = min(self._longest_wait, RECORD_EVERY)
         #: When the owning loop last began a turn (monotonic; None before the run).
         self._last_turn: float | None = None
@@ -178,12 +178,12 @@ class Worker(Control, Stopping):
         self._next_beat = now + self._beat if self._beat else float("inf")
         self._next_reclaim = 0.0
         self._health.ok()
-        if self.fleet is not None:
-            self.fleet.refresh(now)
         self._loop_thread = threading.get_ident()
         signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
         self._start_pool()
         self._start_relay()
+        if self.fleet is not None:  # its thread starts after attempts.prepare() forked
+            self.fleet.start()
 
     def _turn(self) -> bool:
         """One turn of the loop; False when the run is over."""
@@ -218,9 +218,6 @@ class Worker(Control, Stopping):
         scheduler = self.scheduler
         if scheduler is not None and not self._stop.is_set() and _clock.now() >= scheduler.next_due:
             self._health.call("schedule", scheduler.run_due)
-        fleet = self.fleet
-        if fleet is not None and now >= fleet.next_at:
-            fleet.refresh(now)
         claims.collect(now)
 
     def _claim(self, now: float) -> bool:
@@ -393,10 +390,7 @@ class Worker(Control, Stopping):
     def _running_since(self) -> list[tuple[QueuedJob, float]]:
         """The attempts running now, and when each started (seconds since the epoch)."""
         started = self._started
-        if not started:
-            return []
-        now, monotonic = _clock.now(), _clock.monotonic()
-        return [(job, now - (monotonic - began)) for job, began in list(started.values())]
+        return list(started.values()) if started else []
 
     def _heartbeat(self) -> None:
         jobs = list(self._claims.running.values())
@@ -429,7 +423,7 @@ class Worker(Control, Stopping):
             return
         started = self._started
         if started is not None:
-            began = _clock.monotonic()
+            began = _clock.now()
             started[id(job)] = (job, began)
         try:
             completion = self.attempts.run(job, self._stop_notice)
@@ -437,7 +431,7 @@ class Worker(Control, Stopping):
             completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
         if started is not None:
             started.pop(id(job), None)
-            completion.started = began
+            completion.wait_bucket = wait_bucket(job, began)
         done = self._claims.done
         done.append(completion)
         # A batch's worth finished, or nothing left to start: the loop has work. (It

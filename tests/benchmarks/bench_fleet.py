@@ -1,7 +1,7 @@
 """What the worker registry and the fleet's counters cost a worker's drain, on Redis and PostgreSQL.
 
-    .venv/bin/python tests/benchmarks/bench_fleet.py [--backends redis,postgres] [--jobs 10000]
-        [--threads 8] [--repeat 7]
+    .venv/bin/python tests/benchmarks/bench_fleet.py [--backends redis,postgres] [--jobs 50000]
+        [--threads 8] [--repeat 9]
 
 For each backend, a manager with a lock store on the same server (a
 ``RedisLockStore`` under the queue's key prefix, a ``DatabaseLockStore`` in the
@@ -11,7 +11,10 @@ return. Runs alternate between the worker as shipped (it records itself every
 few seconds and adds its per-minute counts and wait-time buckets with each
 refresh) and the same worker with its fleet recorder taken away (no record,
 no counts): the difference is what the registry and the counters cost.
-Medians of ``--repeat`` each (PostgreSQL's tables truncated between runs, so
+Medians of ``--repeat`` each, and the median of the costs paired run by run
+(with its quartiles: on a busy 2-core machine one run differs from the next
+by more than the cost), and the share of the runs' time that the owning loop
+spent in the recorder, which is what the fleet takes from its claims (PostgreSQL's tables truncated between runs, so
 no run claims through the rows the last one left dead); the load average is
 printed before and after.
 
@@ -36,6 +39,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from benchjobs import Noop  # noqa: E402
 
 from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions  # noqa: E402
+from rainier_sync.fleet import FleetRecorder  # noqa: E402
 
 REGISTRY = JobRegistry().with_job(Noop)
 
@@ -82,6 +86,8 @@ def postgres_manager() -> tuple[QueueManager, Callable[[], None], Callable[[], N
         # A drain leaves every row it claimed dead: without this, each run claims through more of them.
         queue._backend.execute("TRUNCATE rainier_jobs, rainier_tallies, rainier_values, rainier_flags")
         queue._backend.execute("ANALYZE rainier_jobs")
+        # The last run's writes flushed now, rather than by a checkpoint in the middle of the next run.
+        queue._backend.execute("CHECKPOINT")
 
     def cleanup() -> None:
         manager.close()
@@ -93,6 +99,31 @@ def postgres_manager() -> tuple[QueueManager, Callable[[], None], Callable[[], N
 
 
 BACKENDS = {"redis": redis_manager, "postgres": postgres_manager}
+
+
+class Spent:
+    """The time the owning loop spends in the fleet recorder, summed over the runs with one."""
+
+    def __init__(self) -> None:
+        self.recorder = 0.0
+        self.runs = 0.0
+
+    def install(self) -> None:
+        count, leave = FleetRecorder.count, FleetRecorder.leave
+
+        def timed(method: Callable[..., None]) -> Callable[..., None]:
+            def call(recorder: FleetRecorder, *args: object) -> None:
+                started = time.perf_counter()
+                method(recorder, *args)
+                self.recorder += time.perf_counter() - started
+
+            return call
+
+        FleetRecorder.count = timed(count)  # type: ignore[method-assign]
+        FleetRecorder.leave = timed(leave)  # type: ignore[method-assign]
+
+
+SPENT = Spent()
 
 
 def drain(manager: QueueManager, jobs: int, threads: int, fleet: bool) -> tuple[float, float]:
@@ -108,7 +139,10 @@ def drain(manager: QueueManager, jobs: int, threads: int, fleet: bool) -> tuple[
         worker._started = None
     started, cpu = time.perf_counter(), time.process_time()
     stats = worker.run()
-    rate = stats.processed / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    if fleet:
+        SPENT.runs += elapsed
+    rate = stats.processed / elapsed
     spent = (time.process_time() - cpu) / stats.processed * 1e6
     assert stats.processed == jobs, stats
     return rate, spent
@@ -121,16 +155,19 @@ def loadavg() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="redis,postgres")
-    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
     import rainier_sync
 
     print(f"rainier_sync from {pathlib.Path(rainier_sync.__file__).parent}")
     print(f"load average before: {loadavg()}; cores: {os.cpu_count()}")
     rows = []
+    SPENT.install()
+    spent: dict[str, float] = {}
     for name in args.backends.split(","):
+        SPENT.recorder = SPENT.runs = 0.0
         manager, between, cleanup = BACKENDS[name]()
         try:
             drain(manager, min(args.jobs, 2000), args.threads, True)  # warm-up: connections, caches
@@ -146,6 +183,7 @@ def main() -> None:
         finally:
             cleanup()
         rows.append((name, off, on))
+        spent[name] = SPENT.recorder / SPENT.runs * 100
         print(f"{name}: done, load average {loadavg()}", flush=True)
     print(f"load average after: {loadavg()}")
     print("| backend | no fleet: jobs/s | fleet: jobs/s | cost | no fleet: CPU µs/job | fleet: CPU µs/job | cost |")
@@ -157,6 +195,16 @@ def main() -> None:
             f"| {name} | {rate_off:,.0f} | {rate_on:,.0f} | {(rate_off - rate_on) / rate_off * 100:+.1f}% "
             f"| {cpu_off:.1f} | {cpu_on:.1f} | {(cpu_on - cpu_off) / cpu_off * 100:+.1f}% |"
         )
+    for name, off, on in rows:
+        # Each run of one against the run of the other next to it: a drift in the machine's load cancels out.
+        paired = sorted((r_off - r_on) / r_off * 100 for (r_off, _), (r_on, _) in zip(off, on, strict=True))
+        quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+        print(
+            f"{name}: cost paired run by run, median {statistics.median(paired):+.1f}% "
+            f"(quartiles {quartiles[0]:+.1f}% .. {quartiles[2]:+.1f}%)"
+        )
+    for name, share in spent.items():
+        print(f"{name}: the owning loop spent {share:.2f}% of the fleet runs' time in the recorder (count, leave)")
     for name, off, on in rows:
         print(f"{name} runs, no fleet: {', '.join(f'{r:,.0f} ({c:.1f} µs)' for r, c in off)}")
         print(f"{name} runs, fleet:    {', '.join(f'{r:,.0f} ({c:.1f} µs)' for r, c in on)}")

@@ -612,7 +612,7 @@ def test_status_lists_the_workers_recorded_in_the_lock_store(capsys: pytest.Capt
     with freeze_time("2026-01-01 12:00:00"):
         for worker in workers:
             assert worker.fleet is not None
-            worker.fleet.refresh(0.0)  # recorded as a running worker records itself
+            worker.fleet.refresh()  # recorded as a running worker records itself
     with freeze_time("2026-01-01 12:00:07"):
         assert main(["queue:status", APP]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()

@@ -292,6 +292,38 @@ def test_a_tally_settled_in_rounds_from_many_threads_is_exact(store: LockStore) 
     assert store.tally(name) == {"total": 60, "pending": 0, "processed": 60, "failed": 0}
 
 
+def test_a_tally_added_to_while_it_settles_is_exact_and_reads_back_whole(store: LockStore) -> None:
+    name = key()
+    store.tally_add(name, {"total": 30, "pending": 30}, 3600)
+    seen: list[dict[str, int]] = []
+    barrier = threading.Barrier(4)
+
+    def add() -> None:
+        barrier.wait()
+        for _ in range(15):  # a job of the batch adding more to it, as context.batch.add does
+            seen.append(store.tally_add(name, {"total": 2, "pending": 2}, 3600))
+
+    def settle(offset: int) -> None:
+        barrier.wait()
+        for n in range(30):  # the first settle of a failure adds the field "failed"
+            store.tally_settle(name, f"job-{(n + offset) % 30}", "failed" if n % 7 == 0 else "processed", 3600)
+
+    threads = [threading.Thread(target=add), threading.Thread(target=add)]
+    threads += [threading.Thread(target=settle, args=(i * 15,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "two changes of one tally deadlocked"
+    final = store.tally(name)
+    assert final is not None and final["total"] == 90
+    assert final["pending"] == 90 - 30 and final["processed"] + final["failed"] == 30
+    # Each add reads back the whole tally as it left it: every count, and never less than was settled before.
+    assert all({"total", "pending"} <= set(counts) for counts in seen)
+    for counts in seen:
+        assert counts["total"] - counts["pending"] == counts.get("processed", 0) + counts.get("failed", 0), counts
+
+
 @dataclass
 class Tick(Job):
     NAME = "tests.contract.tick"
@@ -320,8 +352,8 @@ def test_the_fleet_is_recorded_counted_and_aged_out(store: LockStore) -> None:
         dead = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=3))
         alive = Worker(manager, options=WorkerOptions(queues=["other"], concurrency=1))
         assert dead.fleet is not None and alive.fleet is not None
-        dead.fleet.refresh(0.0)
-        alive.fleet.refresh(0.0)
+        dead.fleet.refresh()
+        alive.fleet.refresh()
         found = {w.id: w for w in manager.workers(connection)}
         assert set(found) == {dead.fleet.id, alive.fleet.id}
         assert found[dead.fleet.id].queues == ("default",) and found[dead.fleet.id].concurrency == 3
@@ -330,7 +362,7 @@ def test_the_fleet_is_recorded_counted_and_aged_out(store: LockStore) -> None:
         assert minute.minute == 1767225600
         assert minute.by_queue == {"default": {"processed": 5}, "other": {"processed": 1}}
         clock.tick(RECORD_TTL / 2)
-        alive.fleet.refresh(0.0)
+        alive.fleet.refresh()
         clock.tick(RECORD_TTL / 2 + 1)
         assert [w.id for w in manager.workers(connection)] == [alive.fleet.id]
         assert store.flags(f"workers:{connection}") == {alive.fleet.id}

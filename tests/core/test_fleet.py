@@ -100,7 +100,7 @@ def test_a_worker_that_died_ages_out(manager: QueueManager) -> None:
     with freeze_time("2026-03-01 12:00:00") as frozen:
         dead = Worker(manager, options=WorkerOptions(concurrency=1))
         assert dead.fleet is not None
-        dead.fleet.refresh(time.monotonic())  # recorded, then never refreshed nor removed
+        dead.fleet.refresh()  # recorded, then never refreshed nor removed
         assert [w.id for w in manager.workers()] == [dead.fleet.id]
         frozen.tick(RECORD_TTL - 1)
         assert len(manager.workers()) == 1
@@ -283,3 +283,64 @@ def test_a_tally_field_of_another_version_is_passed_over(manager: QueueManager) 
         manager.locks.tally_add("throughput:main:1772366400", fields, 60)
         (row,) = manager.throughput(minutes=1)
     assert row.waits == {"q": {1.0: 3}} and row.by_queue == {"q": {"processed": 3}}
+
+
+class SlowStore(MemoryLockStore):
+    """A lock store whose writes of worker records hang until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = threading.Event()
+        self.go = threading.Event()
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        if key.startswith("worker:"):
+            self.writing.set()
+            assert self.go.wait(10), "test never let the write through"
+        super().put_value(key, value, ttl)
+
+
+def test_a_slow_lock_store_never_holds_up_a_claim(registry: JobRegistry) -> None:
+    locks = SlowStore()
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container(), locks=locks)
+    manager.dispatch_many([jobs.Record(n) for n in range(50)])
+    worker = Worker(manager, options=WorkerOptions(once=True, concurrency=2))
+    finished: list[Any] = []
+    runner = threading.Thread(target=lambda: finished.append(worker.run()))
+    runner.start()
+    try:
+        assert locks.writing.wait(5), "the worker to begin writing its record"
+        # Every job runs while the record's write hangs.
+        eventually(lambda: sum(1 for kind, _ in jobs.calls if kind == "record") == 50)
+        assert not finished, "the run waits for its record's last write"
+    finally:
+        locks.go.set()
+        runner.join(10)
+    assert finished and finished[0].processed == 50
+    assert manager.workers() == []
+    assert sum(r.processed for r in manager.throughput(minutes=2)) == 50
+
+
+def test_a_worker_whose_loop_is_stuck_leaves_the_list_until_it_turns_again(
+    registry: JobRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from .test_worker import WedgedQueue
+
+    monkeypatch.setattr(fleet, "RECORD_EVERY", 0.02)
+    monkeypatch.setattr(loop, "RECORD_EVERY", 0.02)
+    monkeypatch.setattr(fleet, "RECORD_TTL", 0.3)
+    wedged = WedgedQueue()
+    manager = QueueManager({"main": wedged}, "main", registry, Container(), locks=MemoryLockStore())
+    worker = Worker(manager, options=WorkerOptions(sleep=0.01))
+    worker.start()
+    try:
+        assert wedged.entered.wait(5), "the loop to hang"
+        assert worker.fleet is not None
+        # Its thread still runs, but refreshes no record for a loop that does not turn: it lapses.
+        eventually(lambda: manager.workers() == [])
+        wedged.release.set()
+        eventually(lambda: [w.id for w in manager.workers()] == [worker.fleet.id])  # type: ignore[union-attr]
+    finally:
+        wedged.release.set()
+        worker.stop(grace=0)
+        worker.join(5)

@@ -90,7 +90,7 @@ def test_delayed_jobs_by_due_time_and_reserved_ones_with_the_worker_running_them
             report=lambda op, exc: None,
             running=lambda: [(jobs[0], 1777627790.0)],
         )
-        worker.refresh(0.0)
+        worker.refresh()
         client = app.test_client()
         delayed = client.get("/queues/primary/queues/default?state=delayed").get_data(as_text=True)
         reserved = client.get("/queues/primary/queues/default?state=reserved").get_data(as_text=True)

@@ -33,7 +33,7 @@ def test_browsing_a_queue_and_its_jobs_on_a_real_backend(backend: Any) -> None:
     worker = FleetRecorder(
         locks, "main", ["default"], 4, report=lambda op, exc: None, running=lambda: [(taken, time.time() - 3)]
     )
-    worker.refresh(0.0)
+    worker.refresh()
     client = app.test_client()
 
     first = client.get("/queues/main/queues/default").get_data(as_text=True)

@@ -143,7 +143,7 @@ def test_the_workers_page_lists_the_fleet_and_charts_its_throughput_and_waits(
     Worker(manager, options=WorkerOptions(queues=["default", "mail"], once=True)).run()
     running = Worker(manager, options=WorkerOptions(queues=["default", "mail"], concurrency=3))
     assert running.fleet is not None
-    running.fleet.refresh(0.0)  # recorded as a running worker records itself
+    running.fleet.refresh()  # recorded as a running worker records itself
 
     browser.get(f"{base}/queues/")
     click_to_load(browser, browser.find_element(By.LINK_TEXT, "Workers"))
@@ -196,7 +196,7 @@ def test_browsing_a_queue_filtering_paging_and_opening_a_reserved_job(
     worker = FleetRecorder(
         manager.locks, "primary", ["default"], 2, report=lambda op, exc: None, running=lambda: [(taken, time.time())]
     )
-    worker.refresh(0.0)
+    worker.refresh()
 
     def rows() -> list[str]:
         return [row.get_attribute("data-job-id") for row in browser.find_elements(By.CSS_SELECTOR, "tr.listed-job")]

@@ -632,14 +632,14 @@ def test_the_workers_page_lists_the_recorded_workers_and_charts_the_fleet() -> N
         Worker(manager, options=WorkerOptions(queues=["default", "mail"], once=True, concurrency=1)).run()
         running = Worker(manager, options=WorkerOptions(queues=["default", "mail"], concurrency=4))
         assert running.fleet is not None
-        running.fleet.refresh(0.0)
+        running.fleet.refresh()
         # A worker elsewhere, running a job whose id needs escaping.
         job = manager.build(RecordApp(SCRIPT))
         job.id = SCRIPT
         elsewhere = FleetRecorder(
             manager.locks, "primary", ["mail"], 2, report=lambda op, exc: None, running=lambda: [(job, 1777627790.0)]
         )
-        elsewhere.refresh(0.0)
+        elsewhere.refresh()
         frozen.tick(5)
         response = app.test_client().get("/queues/workers")
     assert response.status_code == 200
