@@ -67,14 +67,20 @@ class Counting:
         assert locks is not None
         records = records_of(locks, [c.job for c in completions])
         items: list[Any] = []
+        # What each batch's items share, found once: its tally key and retention (None: no longer kept).
+        shared: dict[str, tuple[str, float] | None] = {}
         for completion in completions:
             batch_id = str((completion.job.meta or {}).get("batch"))
-            record = records.get(batch_id)
-            if record is None:
+            if batch_id not in shared:
+                record = records.get(batch_id)
+                shared[batch_id] = (
+                    None if record is None else (batch_key(batch_id), float(record.get("retention", RETENTION)))
+                )
+            found = shared[batch_id]
+            if found is None:
                 completion.batch = None
                 continue
-            retention = float(record.get("retention", RETENTION))
-            items.append((completion.job, batch_key(batch_id), completion.batch, retention))
+            items.append((completion.job, found[0], completion.batch, found[1]))
         return items, records
 
     def settle(self, session: ConsumerSession, completions: Sequence[Completion]) -> list[Completion] | None:

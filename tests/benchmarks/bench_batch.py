@@ -1,6 +1,6 @@
 """Batch benchmark: what a batch's bookkeeping costs a dispatch and a drain.
 
-    .venv/bin/python tests/benchmarks/bench_batch.py [--jobs 10000] [--threads 8] [--repeat 2]
+    .venv/bin/python tests/benchmarks/bench_batch.py [--jobs 10000] [--threads 8] [--repeat 2] [--backends redis,postgres]
 
 On Redis (``REDIS_URL``, default ``redis://127.0.0.1:6379/13``, keys under a
 prefix of their own) and on PostgreSQL (``POSTGRES_URL``, default
@@ -8,9 +8,10 @@ prefix of their own) and on PostgreSQL (``POSTGRES_URL``, default
 at the end), the lock store on the same server: ``--jobs`` no-op jobs are
 dispatched (``dispatch_many``) and drained by one worker (this process,
 ``--threads`` threads, ``once``); then the same jobs in one batch
-(``manager.batch(jobs).dispatch()``). Figures: jobs per second over dispatch
-and drain together (best of ``--repeat``), each part's, and the batch's share
-of the plain rate. A backend that cannot be reached is skipped.
+(``manager.batch(jobs).dispatch()``), the two alternating. Figures: jobs per
+second over dispatch and drain together (best of ``--repeat``), each part's,
+and the batch's share of the plain rate: of the best runs, and paired run by
+run (a plain run and the batch run next to it; their median). A backend that cannot be reached is skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import statistics
 import sys
 import time
 import uuid
@@ -130,15 +132,23 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--backends", default="redis,postgres")
     args = parser.parse_args()
     jobs = args.jobs
     print(f"load average: {os.getloadavg()[0]:.2f}; {jobs} jobs, {args.threads} threads, best of {args.repeat}")
     backends: list[tuple[str, Callable[[], Any]]] = [("redis", redis), ("postgres", postgres)]
+    backends = [(name, open_backend) for name, open_backend in backends if name in args.backends.split(",")]
     for name, open_backend in backends:
         try:
             with open_backend() as (driver, locks):
-                plain = best([run(driver, locks, jobs, args.threads, False) for _ in range(args.repeat)], jobs)
-                batched = best([run(driver, locks, jobs, args.threads, True) for _ in range(args.repeat)], jobs)
+                plains: list[Run] = []
+                batches: list[Run] = []
+                for index in range(args.repeat):
+                    # Alternating which goes first, so a drift in the machine's speed falls on both.
+                    for batched in (False, True) if index % 2 == 0 else (True, False):
+                        (batches if batched else plains).append(run(driver, locks, jobs, args.threads, batched))
+                plain, batched = best(plains, jobs), best(batches, jobs)
+                paired = sorted(b.rate(jobs) / p.rate(jobs) for p, b in zip(plains, batches, strict=True))
         except Exception as exc:  # noqa: BLE001 - a benchmark skips what it cannot reach
             print(f"{name} skipped: {exc!r}")
             continue
@@ -147,7 +157,10 @@ def main() -> None:
                 f"{name:9s} {label}  {figures.rate(jobs):7.0f} jobs/s   "
                 f"(dispatch {jobs / figures.dispatch:7.0f} jobs/s, drain {jobs / figures.drain:7.0f} jobs/s)"
             )
-        print(f"{name:9s} batch/plain {batched.rate(jobs) / plain.rate(jobs):.0%}")
+        print(
+            f"{name:9s} batch/plain {batched.rate(jobs) / plain.rate(jobs):.0%} (best of each); "
+            f"paired run by run: median {statistics.median(paired):.0%}, {', '.join(f'{r:.0%}' for r in paired)}"
+        )
 
 
 if __name__ == "__main__":

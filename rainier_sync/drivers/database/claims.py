@@ -303,7 +303,6 @@ class Claims(DatabaseCore):
             rest = [job for job in done if id(job) not in members]
             taken = self.acknowledge_and_reserve(rest, queues, limit) if rest or limit > 0 else []
             return taken, [item[0] for item in counts]
-        by_seq = {item[0].receipt[0]: item[0] for item in counts}
         queues = list(queues) if limit > 0 else []
         first, most = (queues[0], limit) if queues else ("", 0)
         rows, left = claim_counting(self, first, most, done, counts, _MOST_ATTEMPTS)
@@ -313,6 +312,9 @@ class Claims(DatabaseCore):
                 taken.extend(self._reserve(queues[1:], limit - len(taken), ()))
             except Exception:  # noqa: BLE001 - what is claimed is ours: hand it out
                 log.warning("claiming jobs failed; handing out the %d already claimed", len(taken), exc_info=True)
+        if not left:
+            return taken, []
+        by_seq = {item[0].receipt[0]: item[0] for item in counts}
         return taken, [by_seq[seq] for seq in left]
 
     def acknowledge_handing_over(self, job: QueuedJob, follow: Sequence[QueuedJob]) -> None:

@@ -23,7 +23,6 @@ tally does:
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -83,36 +82,84 @@ def claim_counting(
     claimed rows, and the ``seq`` of each job of ``counts`` left held (its batch
     could finish in this round)."""
     where, held = core._held(acks)
-    keys, ttls, many = _keys(counts)
-    # The members as one JSON text: psycopg dumps a list element by element in Python.
-    sql = f"""WITH bm (seq, tally_key, field) AS (
-    SELECT (e->>0)::bigint, e->>1, e->>2 FROM json_array_elements(%s::json) e),
-bk (tally_key, ttl, c) AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::int[])),
-pl AS (SELECT tally_key, n FROM {TALLIES} WHERE field = 'pending' AND tally_key IN (SELECT tally_key FROM bk)
-       ORDER BY tally_key FOR UPDATE),
-safe AS (SELECT bk.tally_key, %s::float8 + bk.ttl AS until FROM bk JOIN pl USING (tally_key) WHERE pl.n - bk.c > 0),
-acked AS (DELETE FROM {JOBS} WHERE {where}
-          AND seq NOT IN (SELECT seq FROM bm WHERE tally_key NOT IN (SELECT tally_key FROM safe)) RETURNING seq),
-d AS (SELECT bm.tally_key, bm.field, count(*) AS c FROM bm JOIN acked USING (seq) GROUP BY 1, 2),
-counts AS (UPDATE {TALLIES} t SET expires_at = s.until, n = t.n + CASE WHEN t.field = 'pending'
-           THEN -(SELECT coalesce(sum(d.c), 0) FROM d WHERE d.tally_key = t.tally_key)
-           ELSE (SELECT coalesce(sum(d.c), 0) FROM d WHERE d.tally_key = t.tally_key AND d.field = t.field) END
-           FROM safe s WHERE t.tally_key = s.tally_key RETURNING t.tally_key),
-c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s
+    # Each (tally, field) once, and each job's seq with its pair's index, as array
+    # literals: psycopg would dump a list element by element in Python.
+    pairs: dict[tuple[str, str], int] = {}
+    ttl_of: dict[str, float] = {}
+    many_of: dict[str, int] = {}
+    seqs: list[str] = []
+    indices: list[str] = []
+    last: tuple[str, str] | None = None
+    index = 0
+    for job, key, field, ttl in counts:
+        if (key, field) != last:  # a round's jobs mostly share a batch and a field
+            last = (key, field)
+            index = pairs.setdefault(last, len(pairs))
+        if ttl > ttl_of.get(key, 0.0):
+            ttl_of[key] = float(ttl)
+        many_of[key] = many_of.get(key, 0) + 1
+        seqs.append(str(job.receipt[0]))
+        indices.append(str(index))
+    claim = f"""c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s
       ORDER BY priority, available_at, seq LIMIT %s FOR UPDATE SKIP LOCKED),
 claimed AS (UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s,
             attempts = LEAST(j.attempts, {most_attempts}) + 1 FROM c WHERE j.seq = c.seq
             RETURNING j.seq, j.id, j.queue, j.name, j.body, j.attempts, j.priority, j.available_at, j.token)
-SELECT seq, id, queue, name, body, attempts, priority, available_at, token FROM claimed
-UNION ALL SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM bm
-WHERE tally_key NOT IN (SELECT tally_key FROM safe)"""
-    members = json.dumps([[job.receipt[0], key, field] for job, key, field, _ in counts])
+SELECT seq, id, queue, name, body, attempts, priority, available_at, token FROM claimed"""
+    seq_text = "{" + ",".join(seqs) + "}"
     token = uuid.uuid4().hex
     reservation = core.reservation
+    if len(pairs) == 1 and len(counts) == len(acks):
+        # The usual round: every job acknowledged is one batch's, counted in one
+        # field; its count is the number of rows the delete removed.
+        ((key, field),) = pairs
+        sql = f"""WITH pl AS (SELECT n FROM {TALLIES} WHERE tally_key = %s AND field = 'pending' FOR UPDATE),
+safe AS (SELECT 1 FROM pl WHERE n - %s > 0),
+acked AS (DELETE FROM {JOBS} WHERE {where} AND EXISTS (SELECT 1 FROM safe) RETURNING seq),
+counts AS (UPDATE {TALLIES} t SET expires_at = %s, n = t.n + CASE t.field
+           WHEN 'pending' THEN -(SELECT count(*) FROM acked) WHEN %s THEN (SELECT count(*) FROM acked) ELSE 0 END
+           WHERE t.tally_key = %s AND EXISTS (SELECT 1 FROM safe) RETURNING t.tally_key),
+{claim}
+UNION ALL SELECT s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM unnest(%s::text::bigint[]) s
+WHERE NOT EXISTS (SELECT 1 FROM safe)"""
 
-    def params() -> list[Any]:
-        now = _clock.now()
-        return [members, keys, ttls, many, now, *held, queue, now, limit, now, now + reservation, token]
+        def params() -> list[Any]:
+            now = _clock.now()
+            return [
+                key, len(counts), *held, now + ttl_of[key], field, key,
+                queue, now, limit, now, now + reservation, token, seq_text,
+            ]  # fmt: skip
+
+    else:
+        sql = f"""WITH g (gi, tally_key, field) AS (
+    SELECT (ordinality - 1)::int, k, f FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u (k, f)),
+bm (seq, gi) AS (SELECT * FROM unnest(%s::text::bigint[], %s::text::int[])),
+bk (tally_key, ttl, c) AS (SELECT * FROM unnest(%s::text[], %s::float8[], %s::int[])),
+pl AS (SELECT tally_key, n FROM {TALLIES} WHERE field = 'pending' AND tally_key IN (SELECT tally_key FROM bk)
+       ORDER BY tally_key FOR UPDATE),
+safe AS (SELECT bk.tally_key, %s::float8 + bk.ttl AS until FROM bk JOIN pl USING (tally_key) WHERE pl.n - bk.c > 0),
+held AS (SELECT seq FROM bm WHERE gi IN (SELECT gi FROM g WHERE tally_key NOT IN (SELECT tally_key FROM safe))),
+acked AS (DELETE FROM {JOBS} WHERE {where} AND seq NOT IN (SELECT seq FROM held) RETURNING seq),
+d AS (SELECT g.tally_key, g.field, count(*) AS c FROM bm JOIN acked USING (seq) JOIN g USING (gi) GROUP BY 1, 2),
+counts AS (UPDATE {TALLIES} t SET expires_at = s.until, n = t.n + CASE WHEN t.field = 'pending'
+           THEN -(SELECT coalesce(sum(d.c), 0) FROM d WHERE d.tally_key = t.tally_key)
+           ELSE (SELECT coalesce(sum(d.c), 0) FROM d WHERE d.tally_key = t.tally_key AND d.field = t.field) END
+           FROM safe s WHERE t.tally_key = s.tally_key RETURNING t.tally_key),
+{claim}
+UNION ALL SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM held"""
+        keys = sorted(many_of)
+        ttls = [ttl_of[key] for key in keys]
+        many = [many_of[key] for key in keys]
+        pair_keys = [key for key, _ in pairs]
+        pair_fields = [field for _, field in pairs]
+        index_text = "{" + ",".join(indices) + "}"
+
+        def params() -> list[Any]:
+            now = _clock.now()
+            return [
+                pair_keys, pair_fields, seq_text, index_text, keys, ttls, many, now,
+                *held, queue, now, limit, now, now + reservation, token,
+            ]  # fmt: skip
 
     rows: list[tuple[Any, ...]] = core._worker.stamped(sql, params, fetch=True)
     claimed = [row for row in rows if row[1] is not None]

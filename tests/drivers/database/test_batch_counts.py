@@ -12,6 +12,7 @@ import pytest
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.database import DatabaseQueue
 from rainier_sync.drivers.database.counting import claim_counting
+from rainier_sync.types import QueuedJob
 
 
 @dataclass
@@ -141,5 +142,44 @@ def test_a_round_counts_each_batch_by_the_rows_it_removed_and_keeps_every_count_
                 "SELECT field, expires_at FROM rainier_tallies WHERE tally_key = %s", (f"batch:{batch.id}",)
             )
             assert len(rows) >= 5 and len({round(float(until)) for _, until in rows}) == 1, rows
+    finally:
+        queue.close()
+
+
+def test_a_round_of_one_batch_counts_the_rows_it_removed_and_leaves_a_finishing_round_held(pg_url: str) -> None:
+    """The usual PostgreSQL round, every job one batch's: counted by the rows the
+    delete removed (not one for a row another claim took), and a round that could
+    finish its batch left held and uncounted; a round with a job of no batch
+    among them counts the same way."""
+    queue, manager = setup(pg_url)
+    try:
+        batch = manager.batch([Row(n) for n in range(10)]).dispatch()
+        manager.dispatch(Row(99))
+        held = queue.reserve_many(["default"], 11)
+        of_batch = [job for job in held if (job.meta or {}).get("batch") == batch.id]
+        plain = [job for job in held if not (job.meta or {}).get("batch")]
+        assert len(of_batch) == 10 and len(plain) == 1
+        key = f"batch:{batch.id}"
+
+        def count(round_: list[QueuedJob], acks: list[QueuedJob]) -> list[int]:
+            counts = [(job, key, "processed", 3600.0) for job in round_]
+            return claim_counting(queue, "default", 0, acks, counts, 1_000_000)[1]
+
+        lost = of_batch[1]
+        queue._backend.execute("UPDATE rainier_jobs SET token = 'someone else' WHERE seq = %s", (lost.receipt[0],))
+        assert count(of_batch[:4], of_batch[:4]) == []
+        found = manager.find_batch(batch.id)
+        assert found is not None and (found.processed, found.pending) == (3, 7)
+        assert count(of_batch[4:6], of_batch[4:6] + plain) == [], "a job of no batch acknowledged along"
+        found = manager.find_batch(batch.id)
+        assert found is not None and (found.processed, found.pending) == (5, 5)
+        rest = of_batch[6:] + [lost]
+        assert queue._backend.execute(
+            "UPDATE rainier_jobs SET token = %s WHERE seq = %s", (lost.receipt[1], lost.receipt[0])
+        ) == 1
+        assert sorted(count(rest, rest)) == sorted(job.receipt[0] for job in rest), "could finish it: left held"
+        found = manager.find_batch(batch.id)
+        assert found is not None and (found.processed, found.pending) == (5, 5)
+        assert queue.size() == 5
     finally:
         queue.close()
