@@ -1,6 +1,7 @@
 """Batch benchmark: what a batch's bookkeeping costs a dispatch and a drain.
 
-    .venv/bin/python tests/benchmarks/bench_batch.py [--jobs 10000] [--threads 8] [--repeat 2] [--backends redis,postgres]
+    .venv/bin/python tests/benchmarks/bench_batch.py [--jobs 10000] [--threads 8] [--repeat 2]
+        [--backends redis,postgres]
 
 On Redis (``REDIS_URL``, default ``redis://127.0.0.1:6379/13``, keys under a
 prefix of their own) and on PostgreSQL (``POSTGRES_URL``, default
