@@ -67,16 +67,13 @@ class Counting:
         assert locks is not None
         records = records_of(locks, [c.job for c in completions])
         items: list[Any] = []
-        # What each batch's items share, found once: its tally key and retention (None: no longer kept).
-        shared: dict[str, tuple[str, float] | None] = {}
+        # What each kept batch's items share, found once: its tally key and retention.
+        shared = {
+            batch_id: (batch_key(batch_id), float(record.get("retention", RETENTION)))
+            for batch_id, record in records.items()
+        }
         for completion in completions:
-            batch_id = str((completion.job.meta or {}).get("batch"))
-            if batch_id not in shared:
-                record = records.get(batch_id)
-                shared[batch_id] = (
-                    None if record is None else (batch_key(batch_id), float(record.get("retention", RETENTION)))
-                )
-            found = shared[batch_id]
+            found = shared.get(str((completion.job.meta or {}).get("batch")))
             if found is None:
                 completion.batch = None
                 continue

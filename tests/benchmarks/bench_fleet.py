@@ -11,12 +11,12 @@ return. Runs alternate between the worker as shipped (it records itself every
 few seconds and adds its per-minute counts and wait-time buckets with each
 refresh) and the same worker with its fleet recorder taken away (no record,
 no counts): the difference is what the registry and the counters cost.
-Medians of ``--repeat`` each, and the median of the costs paired run by run
-(with its quartiles: on a busy 2-core machine one run differs from the next
-by more than the cost), and the share of the runs' time that the owning loop
-spent in the recorder, which is what the fleet takes from its claims (PostgreSQL's tables truncated between runs, so
-no run claims through the rows the last one left dead); the load average is
-printed before and after.
+PostgreSQL's tables are truncated between runs, so no run claims through the
+rows the last one left dead. Figures: medians of ``--repeat`` each; the median
+of the costs paired run by run, with its quartiles (on a busy 2-core machine
+one run differs from the next by more than the cost); and the share of the
+runs' time that the owning loop spent in the recorder, which is what the fleet
+takes from its claims. The load average is printed before and after.
 
 Redis: ``REDIS_URL`` (default ``redis://127.0.0.1:6379/13``); PostgreSQL:
 ``TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``).

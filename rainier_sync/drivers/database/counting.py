@@ -82,31 +82,19 @@ def claim_counting(
     claimed rows, and the ``seq`` of each job of ``counts`` left held (its batch
     could finish in this round)."""
     where, held = core._held(acks)
-    # Each (tally, field) once, and each job's seq with its pair's index, as array
-    # literals: psycopg would dump a list element by element in Python.
+    keys, ttls, many = _keys(counts)
+    # Each (tally, field) once, numbered; the seqs go as an array literal: psycopg
+    # would dump a list element by element in Python.
     pairs: dict[tuple[str, str], int] = {}
-    ttl_of: dict[str, float] = {}
-    many_of: dict[str, int] = {}
-    seqs: list[str] = []
-    indices: list[str] = []
-    last: tuple[str, str] | None = None
-    index = 0
-    for job, key, field, ttl in counts:
-        if (key, field) != last:  # a round's jobs mostly share a batch and a field
-            last = (key, field)
-            index = pairs.setdefault(last, len(pairs))
-        if ttl > ttl_of.get(key, 0.0):
-            ttl_of[key] = float(ttl)
-        many_of[key] = many_of.get(key, 0) + 1
-        seqs.append(str(job.receipt[0]))
-        indices.append(str(index))
+    for _, key, field, _ in counts:
+        pairs.setdefault((key, field), len(pairs))
+    seq_text = "{" + ",".join(str(job.receipt[0]) for job, _, _, _ in counts) + "}"
     claim = f"""c AS (SELECT seq FROM {JOBS} WHERE queue = %s AND reserved_at IS NULL AND available_at <= %s
       ORDER BY priority, available_at, seq LIMIT %s FOR UPDATE SKIP LOCKED),
 claimed AS (UPDATE {JOBS} j SET reserved_at = %s, reserved_until = %s, token = %s,
             attempts = LEAST(j.attempts, {most_attempts}) + 1 FROM c WHERE j.seq = c.seq
             RETURNING j.seq, j.id, j.queue, j.name, j.body, j.attempts, j.priority, j.available_at, j.token)
 SELECT seq, id, queue, name, body, attempts, priority, available_at, token FROM claimed"""
-    seq_text = "{" + ",".join(seqs) + "}"
     token = uuid.uuid4().hex
     reservation = core.reservation
     if len(pairs) == 1 and len(counts) == len(acks):
@@ -126,7 +114,7 @@ WHERE NOT EXISTS (SELECT 1 FROM safe)"""
         def params() -> list[Any]:
             now = _clock.now()
             return [
-                key, len(counts), *held, now + ttl_of[key], field, key,
+                key, len(counts), *held, now + ttls[0], field, key,
                 queue, now, limit, now, now + reservation, token, seq_text,
             ]  # fmt: skip
 
@@ -147,12 +135,10 @@ counts AS (UPDATE {TALLIES} t SET expires_at = s.until, n = t.n + CASE WHEN t.fi
            FROM safe s WHERE t.tally_key = s.tally_key RETURNING t.tally_key),
 {claim}
 UNION ALL SELECT seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM held"""
-        keys = sorted(many_of)
-        ttls = [ttl_of[key] for key in keys]
-        many = [many_of[key] for key in keys]
         pair_keys = [key for key, _ in pairs]
         pair_fields = [field for _, field in pairs]
-        index_text = "{" + ",".join(indices) + "}"
+        # Each job's pair, by its number, in the order of the seqs.
+        index_text = "{" + ",".join(str(pairs[(key, field)]) for _, key, field, _ in counts) + "}"
 
         def params() -> list[Any]:
             now = _clock.now()
