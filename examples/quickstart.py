@@ -1,44 +1,26 @@
 """The quick start: define a job, dispatch it to a SQLite file, run a worker until it is done."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import DatabaseQueue
 
 
-class Greeter:
-    def greet(self, name: str) -> str:
-        return f"Hello, {name}!"
-
-
 @dataclass
 class SayHello(Job):
-    NAME = "examples.say-hello"
+    NAME = "examples.say-hello"  # on the wire: stable and unique
     TRIES = 3
 
     name: str
 
     def handle(self, context: JobContext) -> None:
-        print(f"{context.resolve(Greeter).greet(self.name)} (job {context.id[:8]}, attempt {context.attempt})")
+        print(f"Hello, {self.name}! (attempt {context.attempt} of {context.max_attempts})")
 
 
-def main() -> None:
-    queue = DatabaseQueue.from_url("sqlite:///quickstart.db")  # a file beside you; no server needed
-    queue.migrate()  # creates the queue's tables the first time, does nothing after
-    container = Container().singleton(Greeter, lambda c: Greeter())
-    manager = QueueManager(
-        connections={"main": queue},
-        registry=JobRegistry().with_job(SayHello),
-        container=container,
-    )
-    for name in ("Ada", "Grace", "Barbara"):
-        manager.dispatch(SayHello(name))
-    stats = Worker(manager, options=WorkerOptions(once=True)).run()
-    print(f"processed {stats.processed}, failed {stats.failed}")
-    manager.close()
-
-
-if __name__ == "__main__":
-    main()
+queue = DatabaseQueue.from_url("sqlite:///quickstart.db")  # a file beside you: no server needed
+queue.migrate()  # creates the tables the first time, does nothing after
+manager = QueueManager(connections={"main": queue}, registry=JobRegistry().with_job(SayHello), container=Container())
+manager.dispatch(SayHello("Ada"))  # stored in quickstart.db until a worker runs it
+stats = Worker(manager, options=WorkerOptions(once=True)).run()  # runs what is due, then returns
+print(f"processed {stats.processed}, failed {stats.failed}")
+manager.close()

@@ -34,5 +34,5 @@ def test_quickstart_uses_sqlite_and_drains(tmp_path: pathlib.Path) -> None:
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    assert "processed 3, failed 0" in done.stdout
+    assert "processed 1, failed 0" in done.stdout
     assert (tmp_path / "quickstart.db").exists()
