@@ -171,7 +171,9 @@ COMPILE_ONLY: dict[tuple[str, str], str] = {
     ("docs/drivers/writing.rst", '"""What configuration knows of the Acme driver."""'): (
         "a module of a driver package: its relative imports need that package"
     ),
-    ("docs/flask.rst", '@app.post("/signup")'): "a view of the app above; tests/flask/test_example.py runs examples/flask_app",
+    ("docs/flask.rst", '@app.post("/signup")'): (
+        "a view of the app above; tests/flask/test_example.py runs examples/flask_app"
+    ),
     ("docs/flask.rst", 'worker = queues.start_worker(app, queues=["mail", "default"], concurrency=2)'): (
         "needs the app above; tests/flask/ start the embedded worker"
     ),
