@@ -17,12 +17,9 @@ application-factory pattern).
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .. import _clock, signals
 from ..config import QueueResources
 from ..container import Container
 from ..errors import ConfigurationError, DriverUnavailableError
@@ -38,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "rainier_sync.flask needs Flask: pip install 'rainier_sync[flask]'"
     ) from exc
 
-__all__ = ["RainierSync", "FlaskWorker", "Throughput", "get_state", "EXTENSION_KEY", "SHIPPED_SECRET_KEYS"]
+__all__ = ["RainierSync", "FlaskWorker", "get_state", "EXTENSION_KEY", "SHIPPED_SECRET_KEYS"]
 
 #: The key of this extension's state in ``app.extensions``.
 EXTENSION_KEY = "rainier_sync"
@@ -103,79 +100,6 @@ _SECRET_KEY_ADVICE = (
 )
 
 
-# -- throughput -----------------------------------------------------------------------
-class Throughput:
-    """What the dashboard's chart shows.
-
-    - ``finished``: jobs that finished (processed, or failed for good) per
-      minute, counted from the worker signals of workers **in this process**
-      that run this app's manager (an embedded worker, ``flask queue work`` in
-      the same process, ``MemoryQueue.drain``).
-    - ``backlog``: queued jobs (every connection and queue) and failed jobs,
-      sampled by the dashboard each time it is viewed (at most every
-      ``sample_every`` seconds). With workers in other processes this is the
-      honest figure: how the backlog moved, not how many jobs ran.
-    """
-
-    def __init__(self, manager: QueueManager, minutes: int = 15, sample_every: float = 5.0) -> None:
-        self.manager = manager
-        self.minutes = minutes
-        self.sample_every = sample_every
-        self._lock = threading.Lock()
-        self._finished: dict[int, list[int]] = {}
-        self._samples: deque[tuple[float, int, int]] = deque()
-        # blinker keeps weak references to bound methods: the receivers go with this object.
-        signals.job_processed.connect(self._on_processed)
-        signals.job_failed.connect(self._on_failed)
-
-    def _ours(self, sender: Any) -> bool:
-        if getattr(sender, "manager", None) is self.manager:
-            return True
-        return any(sender is driver for driver in self.manager.connections.values())
-
-    def _count(self, index: int) -> None:
-        minute = int(_clock.now() // 60)
-        with self._lock:
-            bucket = self._finished.setdefault(minute, [0, 0])
-            bucket[index] += 1
-            for old in [m for m in self._finished if m <= minute - self.minutes]:
-                del self._finished[old]
-
-    def _on_processed(self, sender: Any, **_: Any) -> None:
-        if self._ours(sender):
-            self._count(0)
-
-    def _on_failed(self, sender: Any, **_: Any) -> None:
-        if self._ours(sender):
-            self._count(1)
-
-    def finished(self) -> list[tuple[int, int, int]]:
-        """``(minute, processed, failed)`` for each of the last ``minutes``
-        minutes, oldest first; ``minute`` is minutes since the epoch."""
-        now_minute = int(_clock.now() // 60)
-        rows: list[tuple[int, int, int]] = []
-        with self._lock:
-            for minute in range(now_minute - self.minutes + 1, now_minute + 1):
-                processed, failed = self._finished.get(minute, (0, 0))
-                rows.append((minute, processed, failed))
-        return rows
-
-    def sample(self, queued: int, failed: int) -> None:
-        """Record the backlog seen now (ignored if the last sample is too recent)."""
-        now = _clock.now()
-        with self._lock:
-            if self._samples and now - self._samples[-1][0] < self.sample_every:
-                return
-            self._samples.append((now, queued, failed))
-            while self._samples and self._samples[0][0] < now - self.minutes * 60:
-                self._samples.popleft()
-
-    def samples(self) -> list[tuple[float, int, int]]:
-        """``(time, queued, failed)`` samples of the last ``minutes`` minutes, oldest first."""
-        with self._lock:
-            return list(self._samples)
-
-
 # -- state ---------------------------------------------------------------------------------
 @dataclass
 class RainierState:
@@ -183,7 +107,6 @@ class RainierState:
 
     manager: QueueManager
     authorize: Authorize | None
-    throughput: Throughput
     workers: list[Worker] = field(default_factory=list)
 
 
@@ -341,9 +264,7 @@ class RainierSync:
                 app.config, registry=opts["registry"], container=opts["container"], resources=opts["resources"]
             )
         _bind_flask(mgr.container)
-        app.extensions[EXTENSION_KEY] = RainierState(
-            manager=mgr, authorize=opts["authorize"], throughput=Throughput(mgr)
-        )
+        app.extensions[EXTENSION_KEY] = RainierState(manager=mgr, authorize=opts["authorize"])
         from .commands import queue_group
 
         if "queue" not in app.cli.commands:

@@ -1,6 +1,6 @@
-"""The dashboard's charts as plain numbers for its inline SVG (no script):
-this process's throughput and backlog, the fleet's throughput, and the fleet's
-wait times."""
+"""The dashboard's charts as plain numbers for its inline SVG (no script): the
+fleet's throughput and the fleet's wait times, both read from the counts every
+worker adds to the lock store."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from ..fleet import wait_percentile
 
 if TYPE_CHECKING:
     from ..fleet import MinuteCounts
-    from . import Throughput
 
-__all__ = ["Chart", "WaitChart", "build_chart", "build_fleet_chart", "build_wait_chart", "FLEET_SEGMENTS", "duration"]
+__all__ = ["Chart", "WaitChart", "build_fleet_chart", "build_wait_chart", "FLEET_SEGMENTS", "duration"]
 
 
 @dataclass
@@ -26,62 +25,7 @@ class Chart:
     height: int
     bars: list[dict[str, Any]]
     peak: int
-    backlog_points: str
-    backlog_dots: list[dict[str, Any]]
-    backlog_peak: int
-    backlog_last: int | None
     labels: list[dict[str, Any]]
-
-
-def build_chart(throughput: Throughput, width: int = 600, height: int = 110) -> Chart:
-    """Bars: jobs finished per minute in this process (processed over failed);
-    line: the sampled backlog."""
-    minutes = throughput.finished()
-    peak = max((p + f for _, p, f in minutes), default=0)
-    scale = (height - 20) / peak if peak else 0.0
-    slot = width / max(len(minutes), 1)
-    bars: list[dict[str, Any]] = []
-    labels: list[dict[str, Any]] = []
-    for index, (minute, processed, failed) in enumerate(minutes):
-        x = round(index * slot + 2, 1)
-        w = round(max(slot - 4, 1), 1)
-        base = height - 14
-        hp = round(processed * scale, 1)
-        hf = round(failed * scale, 1)
-        stamp = datetime.datetime.fromtimestamp(minute * 60, tz=datetime.timezone.utc).strftime("%H:%M")
-        title = f"{stamp} UTC: {processed} processed, {failed} failed"
-        bars.append({"x": x, "y": round(base - hp, 1), "w": w, "h": hp, "fill": "#2e7d32", "title": title})
-        bars.append({"x": x, "y": round(base - hp - hf, 1), "w": w, "h": hf, "fill": "#c62828", "title": title})
-        if index % 5 == 0 or index == len(minutes) - 1:
-            labels.append({"x": round(x + w / 2, 1), "text": stamp})
-    samples = throughput.samples()
-    backlog_peak = max((q for _, q, _ in samples), default=0)
-    dots: list[dict[str, Any]] = []
-    if minutes:
-        start = minutes[0][0] * 60
-        span = len(minutes) * 60
-        bscale = (height - 20) / backlog_peak if backlog_peak else 0.0
-        for when, queued, failed in samples:
-            stamp = datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc).strftime("%H:%M:%S")
-            dots.append(
-                {
-                    "x": round(max(0.0, min(width, (when - start) / span * width)), 1),
-                    "y": round(height - 14 - queued * bscale, 1),
-                    "title": f"{stamp} UTC: {queued} queued, {failed} failed",
-                }
-            )
-    points = " ".join(f"{d['x']},{d['y']}" for d in dots)
-    return Chart(
-        width=width,
-        height=height,
-        bars=bars,
-        peak=peak,
-        backlog_points=points,
-        backlog_dots=dots,
-        backlog_peak=backlog_peak,
-        backlog_last=samples[-1][1] if samples else None,
-        labels=labels,
-    )
 
 
 #: The fleet chart's segments, bottom up: outcome, colour, words.
@@ -116,17 +60,7 @@ def build_fleet_chart(minutes: list[MinuteCounts], width: int = 600, height: int
             bars.append({"x": x, "y": round(top, 1), "w": w, "h": h, "fill": fill, "title": title})
         if index % 10 == 0 or index == len(minutes) - 1:
             labels.append(_label(index, len(minutes), round(x + w / 2, 1), width, stamp))
-    return Chart(
-        width=width,
-        height=height,
-        bars=bars,
-        peak=peak,
-        backlog_points="",
-        backlog_dots=[],
-        backlog_peak=0,
-        backlog_last=None,
-        labels=labels,
-    )
+    return Chart(width=width, height=height, bars=bars, peak=peak, labels=labels)
 
 
 def _label(index: int, count: int, x: float, width: int, text: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The queue dashboard: a Flask blueprint mounted by :class:`~rainier_sync.flask.RainierSync`.
 
 It shows, per connection and queue, the ready / delayed / reserved / failed
-counts, a throughput chart (server-rendered SVG, nothing fetched from
-elsewhere), the failed jobs with retry and forget buttons, a failed job's
+counts, the fleet's throughput chart (server-rendered SVG, nothing fetched
+from elsewhere; the Workers page's, read from the counts every worker adds to
+the lock store), the failed jobs with retry and forget buttons, a failed job's
 detail page, the manager's schedule (when it has one) and, with a lock store,
 the batches kept, each with its counts, failed jobs and a cancel button. The
 Workers page lists the workers recorded in the lock store, in any process,
@@ -18,7 +19,10 @@ session-bound CSRF token the pages embed (form field ``csrf_token`` or header
 rendered through Jinja's autoescaping only.
 
 List pages show the first :data:`ERROR_PREVIEW` characters of each error; a
-failed job's page shows everything. Any job id (or connection name) fits in
+failed job's page shows the first :data:`ERROR_CUT` bytes of its error and of
+its traceback (which closes with the error: that is shown once), and links
+each whole, as plain text (``.../error``, ``.../traceback``), sent as it is
+with ``nosniff`` and a sandboxing CSP. Any job id (or connection name) fits in
 its URL: one that is not plain (``/``, ``%``, spaces, ``?``, ``#``, non-ASCII,
 ``.`` or ``..``...) is written as ``~`` and its URL-safe base64.
 """
@@ -38,8 +42,9 @@ from werkzeug.routing import BaseConverter, ValidationError
 from ..errors import UniqueLockHeldError
 from ..types import JOB_STATES
 from .browse import PAGE_SIZE, browse_view, job_view
-from .charts import FLEET_SEGMENTS, WAIT_LINES, build_chart, duration
+from .charts import FLEET_SEGMENTS, WAIT_LINES, duration
 from .views import (
+    ERROR_CUT,
     ERROR_PREVIEW,
     FAILED_LIST,
     FAILED_SCAN,
@@ -48,9 +53,11 @@ from .views import (
     _batch_failures,
     _clip,
     _connection_view,
+    _failure_view,
     _fleet_view,
     _payload_text,
     _schedule_view,
+    _throughput_view,
     _when,
     queue_names,
 )
@@ -61,8 +68,9 @@ if TYPE_CHECKING:
 
     from ..batch import Batch
     from ..drivers.base import BaseQueue
+    from ..types import FailedJob
 
-__all__ = ["blueprint", "csrf_token", "queue_names", "CSRF_SESSION_KEY", "ERROR_PREVIEW"]
+__all__ = ["blueprint", "csrf_token", "queue_names", "CSRF_SESSION_KEY", "ERROR_PREVIEW", "ERROR_CUT"]
 
 #: Where the CSRF token lives in the Flask session.
 CSRF_SESSION_KEY = "_rainier_sync_csrf"
@@ -148,10 +156,15 @@ def _guard() -> None:
 
 @blueprint.after_request
 def _headers(response: Response) -> Response:
-    response.headers["Content-Security-Policy"] = (
+    policy = (
         "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
         "frame-ancestors 'none'; base-uri 'none'"
     )
+    if response.mimetype == "text/plain":
+        # Plain text is sent as it is: nosniff keeps a browser from reading it as HTML, and
+        # the sandbox gives it no origin and no script should one do so anyway.
+        policy += "; sandbox"
+    response.headers["Content-Security-Policy"] = policy
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "same-origin"
     response.headers["Cache-Control"] = "no-store"
@@ -197,20 +210,17 @@ def _notice() -> str | None:
 def index() -> str:
     from . import get_state
 
-    state = get_state()
-    manager = state.manager
+    manager = get_state().manager
     limit = request.args.get("limit", FAILED_LIST, type=int) or FAILED_LIST
     limit = max(1, min(limit, 500))
     views = [_connection_view(manager, name, driver, limit) for name, driver in sorted(manager.connections.items())]
-    reachable = [v for v in views if v.error is None]
-    if reachable:
-        state.throughput.sample(sum(v.queued_total for v in reachable), sum(v.failed_total for v in reachable))
     return render_template(
         "rainier_sync/index.html",
         connections=views,
         schedule=_schedule_view(manager),
-        chart=build_chart(state.throughput),
-        minutes=state.throughput.minutes,
+        throughput=_throughput_view(manager),
+        minutes=FLEET_MINUTES,
+        segments=FLEET_SEGMENTS,
         when=_when,
         payload_text=_payload_text,
         clip=_clip,
@@ -271,19 +281,47 @@ def job(connection: str, job_id: str) -> tuple[str, int]:
     return body, 200 if found else 404
 
 
-@blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>", methods=["GET"])
-def failed_job(connection: str, job_id: str) -> str:
-    driver = _driver(connection)
-    job = driver.failed_job(job_id)
+def _failed(connection: str, job_id: str) -> FailedJob:
+    job = _driver(connection).failed_job(job_id)
     if job is None:
         abort(404, description=f"No failed job {job_id!r} on connection {connection!r}.")
+    return job
+
+
+@blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>", methods=["GET"])
+def failed_job(connection: str, job_id: str) -> str:
+    job = _failed(connection, job_id)
     return render_template(
         "rainier_sync/failed_job.html",
         connection=connection,
         job=job,
+        failure=_failure_view(job.exception),
+        cut_kib=ERROR_CUT // 1024,
         when=_when,
         payload=_payload_text(job.payload, indent=2),
     )
+
+
+def _plain_text(text: str) -> Response:
+    """``text`` as it is, as text/plain (UTF-8); :func:`_headers` adds what keeps it inert."""
+    return Response(text, mimetype="text/plain")
+
+
+@blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>/error", methods=["GET"])
+def failed_error(connection: str, job_id: str) -> Response:
+    """A failed job's whole error, as plain text."""
+    return _plain_text(_failed(connection, job_id).error)
+
+
+@blueprint.route(
+    "/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>/traceback", methods=["GET"]
+)
+def failed_traceback(connection: str, job_id: str) -> Response:
+    """A failed job's whole traceback, as plain text."""
+    job = _failed(connection, job_id)
+    if not job.exception.traceback:
+        abort(404, description=f"Failed job {job_id!r} has no traceback.")
+    return _plain_text(job.exception.traceback)
 
 
 @blueprint.route("/<rainier_sync_segment:connection>/failed/<rainier_sync_segment:job_id>/retry", methods=["POST"])

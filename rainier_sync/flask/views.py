@@ -1,6 +1,7 @@
 """What the dashboard's pages show, computed from the manager: connections
-with their queues and failed jobs, the schedule, the charts, the fleet and a
-batch's failed jobs. No Flask here: the blueprint's views render these."""
+with their queues and failed jobs, a failed job's failure, the schedule, the
+charts, the fleet and a batch's failed jobs. No Flask here: the blueprint's
+views render these."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..fleet import merge_buckets, wait_percentile
-from ..types import FailedJob, QueueCounts
+from ..types import ExceptionInfo, FailedJob, QueueCounts
 from .charts import Chart, WaitChart, build_fleet_chart, build_wait_chart
 
 if TYPE_CHECKING:
@@ -23,9 +24,12 @@ if TYPE_CHECKING:
 FAILED_SCAN = 1000
 #: How many failed jobs a page lists per connection.
 FAILED_LIST = 50
-#: How many characters of an error a list page shows (the job's page shows it all).
+#: How many characters of an error a list page shows (and of each cause on a failed job's page).
 ERROR_PREVIEW = 300
-#: How many minutes of the fleet's throughput the Workers page charts.
+#: How many bytes (UTF-8) of an error, and of a traceback, a failed job's page shows;
+#: the rest is a link away, as plain text.
+ERROR_CUT = 64 * 1024
+#: How many minutes of the fleet's throughput the charts show.
 FLEET_MINUTES = 60
 
 
@@ -139,6 +143,60 @@ def _clip(text: str, limit: int = ERROR_PREVIEW) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def cut_text(text: str, limit: int = ERROR_CUT) -> tuple[str, bool]:
+    """The start of ``text`` that fits in ``limit`` bytes of UTF-8, ended after
+    its last line break when one falls in the second half; and whether it was cut."""
+    head = text[:limit]  # never more characters than bytes
+    raw = head.encode("utf-8")
+    if len(head) == len(text) and len(raw) <= limit:
+        return text, False
+    shown = raw[:limit].decode("utf-8", "ignore")
+    end = shown.rfind("\n")
+    if end >= len(shown) // 2:
+        shown = shown[: end + 1]
+    return shown, True
+
+
+@dataclass
+class FailureView:
+    """What a failed job's page shows of its failure: each part at most
+    :data:`ERROR_CUT` bytes, and the error once (the traceback closes with it)."""
+
+    error: str
+    error_cut: bool
+    #: The cause chain, each message at most :data:`ERROR_PREVIEW` characters.
+    causes: list[tuple[str, str]]
+    #: The traceback, less the error that closes it when it does; ``error_elided``
+    #: when that was left out and nothing before it was cut.
+    frames: str
+    error_elided: bool
+    traceback_cut: bool
+    #: How long the error and the traceback are, in characters.
+    error_length: int
+    traceback_length: int
+
+
+def _failure_view(info: ExceptionInfo) -> FailureView:
+    error = info.error
+    shown, error_cut = cut_text(error)
+    tb = info.traceback
+    # A traceback ends with the error (and a line break): shown once, above it.
+    end = len(tb) - 1 if tb.endswith("\n") else len(tb)
+    start = end - len(error)
+    elided = bool(error) and start >= 0 and tb.endswith(error, start, end) and (start == 0 or tb[start - 1] == "\n")
+    frames, traceback_cut = cut_text(tb[:start] if elided else tb)
+    return FailureView(
+        error=shown,
+        error_cut=error_cut,
+        causes=[(kind, _clip(message)) for kind, message in info.causes],
+        frames=frames,
+        error_elided=elided and not traceback_cut,
+        traceback_cut=traceback_cut,
+        error_length=len(error),
+        traceback_length=len(tb),
+    )
+
+
 def _payload_text(payload: Any, *, indent: int | None = None, limit: int | None = None) -> str:
     text = json.dumps(payload, indent=indent, ensure_ascii=False, sort_keys=True, default=repr)
     if limit is not None and len(text) > limit:
@@ -173,6 +231,29 @@ class FleetView:
     #: The whole fleet's waits over those minutes.
     waits: Waits = Waits()
     error: str | None = None
+
+
+@dataclass
+class ThroughputView:
+    """The index page's chart: the fleet's, as on the Workers page."""
+
+    #: Whether the manager has a lock store (workers count what they finish only in one).
+    tracked: bool
+    chart: Chart | None = None
+    error: str | None = None
+
+
+def _throughput_view(manager: QueueManager) -> ThroughputView:
+    view = ThroughputView(tracked=manager.locks is not None)
+    if not view.tracked:
+        return view
+    try:
+        minutes = manager.throughput(minutes=FLEET_MINUTES)
+    except Exception as exc:  # noqa: BLE001 - an unreachable lock store must not take the page down
+        view.error = f"{type(exc).__name__}: {exc}"
+        return view
+    view.chart = build_fleet_chart(minutes)
+    return view
 
 
 def _fleet_view(manager: QueueManager) -> FleetView:

@@ -16,8 +16,10 @@
   lock store), each running 8 of them, and 60 minutes of fleet counts and
   wait times: the queues, the Workers page, a queue's ready jobs (first page,
   a page 100 deep, filtered by name), its reserved jobs (each matched to its
-  worker), a reserved job's page, and the page of a job no longer stored (a
-  404 after looking everywhere); median and worst of ``--renders``.
+  worker), a reserved job's page, the page of a job no longer stored (a
+  404 after looking everywhere), a failed job's page with a 10 MB error, and
+  that error whole as plain text; median and worst of ``--renders``, and
+  each page's size.
 
 Each figure is the best of ``--repeat`` runs (the machine may be shared).
 """
@@ -232,6 +234,19 @@ def record_fleet(manager: QueueManager) -> str:
     return str(reserved[0].id)
 
 
+def fail_at_length(manager: QueueManager, size: int) -> str:
+    """A failed job whose error (and traceback) is ``size`` bytes of lines holding markup; its id."""
+    manager.dispatch(Broken(-1))
+    driver = manager.connection()
+    (job,) = driver.reserve_many(["mail"], 1)
+    line = "<b>escaped</b> & a line of a long failure\n"
+    try:
+        raise RuntimeError(line * (size // len(line) + 1))
+    except RuntimeError as exc:
+        driver.fail(job, exc)
+    return job.id
+
+
 def bench_pages(label: str, queued: int, renders: int) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         driver, locks, cleanup = fleet_backend(label, workdir)
@@ -258,8 +273,16 @@ def bench_pages(label: str, queued: int, renders: int) -> None:
                 "reserved": "/queues/main/queues/default?state=reserved",
                 "a reserved job": f"/queues/main/jobs/{job_id}",
                 "a finished job": "/queues/main/jobs/0123456789abcdef0123456789abcdef",
+                "a 10 MB error": "",
+                "its whole text": "",
             }
             for name, path in pages.items():
+                if name == "a 10 MB error":
+                    # Last: every listing of the failed jobs (the queues page's) would read it.
+                    failed_id = fail_at_length(manager, 10 * 2**20)
+                    path = f"/queues/main/failed/{failed_id}"
+                elif name == "its whole text":
+                    path = f"/queues/main/failed/{failed_id}/error"
                 response = client.get(path)
                 assert response.status_code == (404 if name == "a finished job" else 200), (path, response.status_code)
                 times = []
@@ -267,7 +290,10 @@ def bench_pages(label: str, queued: int, renders: int) -> None:
                     started = time.perf_counter()
                     client.get(path)
                     times.append((time.perf_counter() - started) * 1000)
-                print(f"  {name:16} median {statistics.median(times):7.1f} ms, worst {max(times):7.1f} ms")
+                print(
+                    f"  {name:16} median {statistics.median(times):7.1f} ms, worst {max(times):7.1f} ms, "
+                    f"{len(response.data) / 1024:9,.0f} KiB"
+                )
             manager.close()
         finally:
             cleanup()

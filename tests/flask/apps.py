@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from flask import Flask, current_app, g
+from flask.testing import FlaskClient
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, _clock
 from rainier_sync.drivers import MemoryQueue
@@ -64,8 +65,26 @@ class UniqueExplode(Explode):
         return self.message
 
 
+def error_line(n: int) -> str:
+    """Line ``n`` of a :class:`Shout`'s error: markup first, then a number found nowhere else."""
+    return f"<script>alert('owned')</script> & line {n:07d} of the failure\n"
+
+
+@dataclass
+class Shout(Job):
+    """Fails with an error of ``lines`` lines (:func:`error_line`), from a small payload."""
+
+    NAME = "tests.flask.shout"
+    QUEUE = "mail"
+
+    lines: int
+
+    def handle(self, context: JobContext) -> None:
+        raise RuntimeError("".join(error_line(n) for n in range(self.lines)))
+
+
 def registry() -> JobRegistry:
-    return JobRegistry().with_job(RecordApp).with_job(Explode).with_job(TimedReport)
+    return JobRegistry().with_job(RecordApp).with_job(Explode).with_job(TimedReport).with_job(Shout)
 
 
 def make_app(
@@ -148,3 +167,45 @@ def fleet_app(**config: Any) -> tuple[Flask, QueueManager]:
         locks=MemoryLockStore(),
     )
     return make_app(manager=manager, authorize=lambda: True, **config)
+
+
+#: Lines of a :class:`Shout` whose error is over 10 MB.
+TEN_MB_LINES = 10 * 2**20 // len(error_line(0)) + 1
+
+
+def check_a_long_errors_pages(client: FlaskClient, page_url: str, error: str, traceback: str) -> None:
+    """A failed job's page with a long error shows it once, cut, escaped, in a page
+    under 200 KB, and links its whole error and traceback as text."""
+    import html
+    import re
+
+    response = client.get(page_url)
+    assert response.status_code == 200
+    assert len(response.data) < 200_000, f"the page is {len(response.data):,} bytes"
+    from rainier_sync.flask.dashboard import ERROR_CUT
+
+    page = response.get_data(as_text=True)
+    assert "<script" not in page and "&lt;script&gt;alert(" in page
+    cell = re.search(r'<dd class="error-text">(.*?)</dd>', page, re.S)
+    assert cell is not None
+    shown = html.unescape(cell.group(1))
+    assert error.startswith(shown) and shown.endswith("\n"), "cut at a line's end"
+    assert ERROR_CUT // 2 < len(shown.encode()) <= ERROR_CUT
+    assert page.count(" line 0000000 of") == 1, "the error is on the page once"
+    assert page.count("&lt;script&gt;alert(") == shown.count("<script>"), "and nowhere else"
+    frames = re.search(r'<pre class="traceback">(.*?)</pre>', page, re.S)
+    assert frames is not None and "Traceback (most recent call last)" in frames.group(1)
+
+    for name, whole in (("whole-error", error), ("whole-traceback", traceback)):
+        link = re.search(rf'<a [^>]*class="{name}"[^>]*href="([^"]+)"', page) or re.search(
+            rf'<a [^>]*href="([^"]+)"[^>]*class="{name}"', page
+        )
+        assert link is not None, f"no {name} link"
+        text = client.get(html.unescape(link.group(1)))
+        assert text.status_code == 200
+        assert text.mimetype == "text/plain" and text.mimetype_params.get("charset") == "utf-8"
+        assert text.get_data(as_text=True) == whole, f"{name}: the whole of it, as it is"
+        # Served as it is, and inert: never sniffed as HTML, and sandboxed should a browser render it.
+        assert text.headers["X-Content-Type-Options"] == "nosniff"
+        policy = text.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "sandbox" in policy

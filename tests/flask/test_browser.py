@@ -17,7 +17,7 @@ from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import FlaskWorker
 from tests.support import IN_CI
 
-from .apps import Explode, Quiet, RecordApp, fail_jobs, fleet_app, make_app, put_failed
+from .apps import Explode, Quiet, RecordApp, Shout, fail_jobs, fleet_app, make_app, put_failed
 from .chromium import accessibility_problems, chromium, click_to_load, csp_violations, missing, notice_reads, serving
 
 pytestmark = pytest.mark.browser
@@ -80,7 +80,7 @@ def test_dashboard_shows_counts_and_retry_takes_the_job_off_the_failed_list(
     assert "<script>alert(1)</script>" in escaped.text, "the payload is shown as text"
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018 - the payload's script must not have run
-    assert browser.find_element(By.CSS_SELECTOR, "svg#throughput rect") is not None
+    assert "locks=" in browser.find_element(By.ID, "untracked-throughput").text, "no lock store: no fleet to chart"
     accessible(browser)
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +123,35 @@ def test_jobs_with_awkward_ids_open_retry_and_forget_in_a_browser(browser: Any, 
     assert driver.failed == []
 
 
+def test_a_long_error_is_cut_on_its_page_and_opens_whole_as_plain_text(browser: Any, served: tuple[str, Any]) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    base, (_, manager) = served
+    job_id = manager.dispatch(Shout(3000))  # about 180 KB of error
+    driver = manager.connection()
+    assert isinstance(driver, MemoryQueue)
+    driver.drain()
+    (failed,) = driver.failed
+
+    browser.get(f"{base}/queues/primary/failed/{job_id}")
+    shown = browser.find_element(By.CSS_SELECTOR, "dd.error-text").text
+    assert shown.startswith("RuntimeError: <script>alert('owned')</script> & line 0000000 of the failure\n")
+    assert "line 0002999" not in shown and failed.error.startswith(shown)
+    assert "(then the error, shown above)" in browser.find_element(By.CSS_SELECTOR, "pre.traceback").text
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 - the error's script must not have run
+    accessible(browser)
+
+    click_to_load(browser, browser.find_element(By.CSS_SELECTOR, "a.whole-error"))
+    assert browser.current_url == f"{base}/queues/primary/failed/{job_id}/error"
+    # Chromium shows plain text in a <pre> of its own; WebDriver's text drops the final line break.
+    assert browser.find_element(By.TAG_NAME, "pre").text == failed.error.rstrip("\n")
+    assert not browser.find_elements(By.TAG_NAME, "script")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018
+
+
 @pytest.fixture
 def fleet_served() -> Iterator[tuple[str, Any]]:
     app, manager = fleet_app(name="browser_fleet_app")
@@ -146,13 +175,24 @@ def test_the_workers_page_lists_the_fleet_and_charts_its_throughput_and_waits(
     running.fleet.refresh()  # recorded as a running worker records itself
 
     browser.get(f"{base}/queues/")
+    def bars(chart: str) -> list[tuple[str, str]]:
+        """Each bar's colour and figures (not its place, which moves as the minutes go by)."""
+        return [
+            (bar.get_attribute("fill"), bar.find_element(By.TAG_NAME, "title").get_attribute("textContent"))
+            for bar in browser.find_elements(By.CSS_SELECTOR, f"svg#{chart} rect")
+        ]
+
+    index_bars = bars("throughput")
+    assert index_bars, "the index charts the fleet"
+    accessible(browser)
     click_to_load(browser, browser.find_element(By.LINK_TEXT, "Workers"))
     assert browser.find_element(By.CSS_SELECTOR, 'nav a[aria-current="page"]').text == "Workers"
     (row,) = browser.find_elements(By.CSS_SELECTOR, "tr.worker")
     assert row.get_attribute("data-worker-id") == running.fleet.id
     assert "default, mail" in row.text and "idle" in row.text
-    bars = browser.find_elements(By.CSS_SELECTOR, "svg#fleet-throughput rect")
-    assert bars and all(float(bar.get_attribute("height")) > 0 for bar in bars)
+    drawn = browser.find_elements(By.CSS_SELECTOR, "svg#fleet-throughput rect")
+    assert drawn and all(float(bar.get_attribute("height")) > 0 for bar in drawn)
+    assert bars("fleet-throughput") == index_bars, "one chart on both pages"
     assert browser.find_elements(By.CSS_SELECTOR, "svg#fleet-waits circle")
     default = browser.find_element(By.CSS_SELECTOR, 'table.fleet-queues tr[data-queue="default"]')
     assert default.find_element(By.CSS_SELECTOR, "td.processed").text == "6"

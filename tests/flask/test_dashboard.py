@@ -9,13 +9,25 @@ from collections.abc import Iterator
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from markupsafe import escape
 
 from rainier_sync import QueueManager, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import FlaskWorker
 from rainier_sync.flask.dashboard import CSRF_SESSION_KEY, ERROR_PREVIEW
 
-from .apps import Explode, Quiet, RecordApp, fail_jobs, fleet_app, make_app, put_failed
+from .apps import (
+    TEN_MB_LINES,
+    Explode,
+    Quiet,
+    RecordApp,
+    Shout,
+    check_a_long_errors_pages,
+    fail_jobs,
+    fleet_app,
+    make_app,
+    put_failed,
+)
 
 SCRIPT = "<script>alert('owned')</script>"
 
@@ -86,42 +98,68 @@ def test_counts_per_connection_and_queue(allowed: tuple[Flask, QueueManager]) ->
     assert "RuntimeError: first" in page
 
 
-def test_throughput_chart_counts_jobs_run_by_a_worker_in_this_process(allowed: tuple[Flask, QueueManager]) -> None:
-    app, manager = allowed
-    for label in ("a", "b", "c"):
-        manager.dispatch(RecordApp(label))
-    manager.dispatch(Explode("x"))
-    FlaskWorker(app, options=WorkerOptions(queues=["default", "mail"], once=True)).run()
-    page = app.test_client().get("/queues/").get_data(as_text=True)
-    svg = re.search(r'<svg id="throughput".*?</svg>', page, re.S)
-    assert svg is not None
-    assert "3 processed, 1 failed" in svg.group(0)
-    assert "peak 4/min" in svg.group(0)
-    assert re.search(r"<circle [^>]*><title>[^<]*: 0 queued, 1 failed</title>", svg.group(0)), "no backlog sample"
-
-
-def test_the_backlog_is_sampled_when_the_page_is_viewed(allowed: tuple[Flask, QueueManager]) -> None:
+def test_the_index_charts_a_worker_of_another_manager_that_shares_the_lock_store() -> None:
+    """The chart is the fleet's: this worker's manager is not the web's, only its driver and lock store are."""
     from freezegun import freeze_time
 
-    app, manager = allowed
-    client = app.test_client()
-    with freeze_time("2026-03-01 12:00:00") as frozen:
-        manager.dispatch(RecordApp("one"))
-        client.get("/queues/")
-        manager.dispatch(RecordApp("two"))
-        frozen.tick(2)
-        client.get("/queues/")  # too soon after the last sample: not recorded
-        frozen.tick(60)
+    from rainier_sync import Container, Worker
+
+    from .apps import registry
+
+    app, manager = fleet_app()
+    elsewhere = QueueManager(
+        connections={"primary": memory(manager)},
+        registry=registry().with_job(Quiet),
+        container=Container(),
+        locks=manager.locks,
+    )
+    with freeze_time("2026-05-01 09:30:00"):
+        elsewhere.dispatch_many([Quiet(), Quiet(), Quiet(), Explode("no")])
+        Worker(elsewhere, options=WorkerOptions(queues=["default", "mail"], once=True)).run()
+        client = app.test_client()
         page = client.get("/queues/").get_data(as_text=True)
-    titles = re.findall(r"<circle [^>]*><title>([^<]*)</title>", page)
-    assert titles == ["12:00:00 UTC: 1 queued, 0 failed", "12:01:02 UTC: 2 queued, 0 failed"]
+        workers = client.get("/queues/workers").get_data(as_text=True)
+    svg = re.search(r'<svg id="throughput".*?</svg>', page, re.S)
+    assert svg is not None
+    assert "09:30 UTC: 3 processed, 0 released for a retry, 1 failed, 0 deferred" in svg.group(0)
+    assert "peak 4/min" in svg.group(0)
+    fleet = re.search(r'<svg id="fleet-throughput".*?</svg>', workers, re.S)
+    assert fleet is not None
+    bars = re.compile(r"<rect [^>]*>.*?</rect>")
+    assert bars.findall(svg.group(0)) == bars.findall(fleet.group(0))
+    assert "Throughput of the whole fleet, last 60 minutes" in page
 
 
-def test_another_apps_worker_is_not_counted(allowed: tuple[Flask, QueueManager]) -> None:
-    app, _ = allowed
-    other_app, other = make_app(name="other")
-    other.dispatch(RecordApp("elsewhere"))
+def test_without_a_lock_store_the_index_says_what_its_chart_needs(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    manager.dispatch(RecordApp("here"))
+    FlaskWorker(app, options=WorkerOptions(once=True)).run()
+    page = app.test_client().get("/queues/").get_data(as_text=True)
+    assert 'id="untracked-throughput"' in page and "locks=" in page
+    assert '<svg id="throughput"' not in page, "a worker of this process is not charted on its own"
+    assert 'id="connection-primary"' in page
+
+
+def test_a_lock_store_that_cannot_be_read_leaves_the_rest_of_the_index() -> None:
+    app, manager = fleet_app()
+
+    def down(key: str) -> dict[str, int] | None:
+        raise ConnectionError("lock store down")
+
+    manager.locks.tally = down  # type: ignore[union-attr, method-assign]
+    response = app.test_client().get("/queues/")
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert "The fleet's counts could not be read from the lock store: ConnectionError: lock store down" in page
+    assert 'id="connection-primary"' in page
+
+
+def test_another_apps_worker_is_not_counted() -> None:
+    app, _ = fleet_app()
+    other_app, other = fleet_app(name="other")
+    other.dispatch(Quiet())
     FlaskWorker(other_app, options=WorkerOptions(once=True)).run()
+    assert sum(row.processed for row in other.throughput(minutes=2)) == 1
     page = app.test_client().get("/queues/").get_data(as_text=True)
     assert "peak 0/min" in page
 
@@ -367,8 +405,97 @@ def test_list_pages_show_a_bounded_preview_of_each_error(allowed: tuple[Flask, Q
         detail = client.get(html.unescape(more.group(1)))
         assert detail.status_code == 200
         text = detail.get_data(as_text=True)
-        assert text.count("x" * 1_000_000 + " THE END") >= 3, "the error, the payload and the traceback, in full"
+        assert text.count("x" * 1_000_000 + " THE END") == 1, "the payload in full; the error cut"
         assert job_id in text
+
+
+def test_a_failed_jobs_page_shows_a_10_mb_error_once_cut_and_links_the_whole_of_it(
+    allowed: tuple[Flask, QueueManager],
+) -> None:
+    app, manager = allowed
+    job_id = manager.dispatch(Shout(TEN_MB_LINES))
+    memory(manager).drain()
+    (failed,) = memory(manager).failed
+    assert len(failed.error) > 10 * 2**20 and failed.exception.traceback.endswith(failed.error + "\n")
+    check_a_long_errors_pages(
+        app.test_client(), f"/queues/primary/failed/{job_id}", failed.error, failed.exception.traceback
+    )
+
+
+def test_a_failed_jobs_error_and_traceback_as_text_are_guarded_like_every_page() -> None:
+    from rainier_sync.flask import get_state
+
+    app, manager = make_app()
+    [job_id] = fail_jobs(manager, SCRIPT)
+    client = app.test_client()
+    for part in ("error", "traceback"):
+        assert client.get(f"/queues/primary/failed/{job_id}/{part}").status_code == 403
+    get_state(app).authorize = lambda: True
+    for part in ("error", "traceback"):
+        assert client.get(f"/queues/primary/failed/{job_id}/{part}").status_code == 200
+        assert client.get(f"/queues/primary/failed/nope/{part}").status_code == 404
+        assert client.post(f"/queues/primary/failed/{job_id}/{part}").status_code in (400, 405)
+    put_failed(memory(manager), "told", "RuntimeError: told, never raised")
+    assert client.get("/queues/primary/failed/told/error").get_data(as_text=True) == "RuntimeError: told, never raised"
+    assert client.get("/queues/primary/failed/told/traceback").status_code == 404, "it has none"
+    app.config["SECRET_KEY"] = ""
+    assert client.get(f"/queues/primary/failed/{job_id}/error").status_code == 503
+
+
+def test_a_long_cause_is_clipped_and_the_traceback_holding_it_is_cut(allowed: tuple[Flask, QueueManager]) -> None:
+    from rainier_sync.flask.dashboard import ERROR_CUT
+
+    app, manager = allowed
+    driver = memory(manager)
+    manager.dispatch(Explode("outer"))
+    (job,) = driver.reserve_many(["mail"], 1)
+    try:
+        try:
+            raise ValueError("<i>" + "v" * 200_000)
+        except ValueError as exc:
+            raise RuntimeError("outer") from exc
+    except RuntimeError as exc:
+        driver.fail(job, exc)
+    (failed,) = driver.failed
+    client = app.test_client()
+    response = client.get(f"/queues/primary/failed/{job.id}")
+    assert len(response.data) < 200_000
+    page = response.get_data(as_text=True)
+    (cause,) = re.findall(r'<ul class="causes">\s*<li><code>ValueError</code>: (.*?)</li>', page, re.S)
+    assert html.unescape(cause) == "<i>" + "v" * (ERROR_PREVIEW - 4) + "…"
+    assert '<dd class="error-text">RuntimeError: outer</dd>' in page and "whole-error" not in page
+    frames = re.search(r'<pre class="traceback">(.*?)</pre>', page, re.S)
+    assert frames is not None and len(html.unescape(frames.group(1)).encode()) <= ERROR_CUT
+    link = re.search(r'<a class="whole-traceback" href="([^"]+)"', page)
+    assert link is not None
+    assert client.get(html.unescape(link.group(1))).get_data(as_text=True) == failed.exception.traceback
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("short\nenough", "short\nenough"),
+        ("a" * 10 + "\n" + "b" * 100, "a" * 10 + "\n" + "b" * 53),  # the line break is in the first half
+        ("a" * 40 + "\n" + "b" * 100, "a" * 40 + "\n"),
+        ("é" * 100, "é" * 32),  # bytes of UTF-8, never half a character
+        ("€" * 100, "€" * 21),
+    ],
+)
+def test_an_error_is_cut_to_its_first_bytes_after_a_line_break_in_the_second_half(text: str, shown: str) -> None:
+    from rainier_sync.flask.views import cut_text
+
+    assert cut_text(text, 64) == (shown, text != shown)
+
+
+def test_a_short_error_and_its_traceback_are_shown_whole_without_links(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    [job_id] = fail_jobs(manager, SCRIPT)
+    page = app.test_client().get(f"/queues/primary/failed/{job_id}").get_data(as_text=True)
+    assert f'<dd class="error-text">RuntimeError: {escape(SCRIPT)}</dd>' in page
+    assert "whole-error" not in page and "whole-traceback" not in page
+    frames = re.search(r'<pre class="traceback">(.*?)</pre>', page, re.S)
+    assert frames is not None and "raise RuntimeError(self.message)" in frames.group(1)
+    assert "alert(" not in frames.group(1), "the error closing the traceback is the one shown above it"
 
 
 def test_a_short_error_is_shown_whole_without_a_link(allowed: tuple[Flask, QueueManager]) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -60,6 +63,23 @@ def test_counts_retry_and_forget_on_a_real_backend(backend: Any) -> None:
     status = app.test_cli_runner().invoke(args=["queue", "status", "--queue", "default,mail"])
     assert status.exit_code == 0, status.output
     assert re.search(r"^main\s+\w+\s+mail\s+1\s+0\s+0\s+1$", status.output, re.M), status.output
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_job_with_a_10_mb_error_on_a_real_backend(backend: Any) -> None:
+    from rainier_sync import Container, QueueManager, Worker
+
+    from .apps import TEN_MB_LINES, Shout, check_a_long_errors_pages, registry
+
+    manager = QueueManager(connections={"main": backend}, registry=registry(), container=Container())
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    job_id = manager.dispatch(Shout(TEN_MB_LINES))
+    assert Worker(manager, options=WorkerOptions(queues=["mail"], once=True)).run().failed == 1
+    (failed,) = backend.failed_jobs(1)
+    assert failed.id == job_id and len(failed.error) > 10 * 2**20
+    check_a_long_errors_pages(
+        app.test_client(), f"/queues/main/failed/{job_id}", failed.error, failed.exception.traceback
+    )
 
 
 @pytest.mark.timeout(60)
@@ -162,3 +182,89 @@ def test_sqs_and_kafka_say_why_their_jobs_are_counted_not_listed(unlisted: tuple
     assert "listed-job" not in page and 'class="filter"' not in page
     one = client.get(f"/queues/primary/jobs/{job_id}")
     assert one.status_code == 404 and why in one.get_data(as_text=True)
+
+
+# -- the throughput chart, fleet-wide ------------------------------------------------------------
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FLEET_BAR = re.compile(
+    r"<rect [^>]*><title>(\d\d:\d\d) UTC: (\d+) processed, (\d+) released for a retry, (\d+) failed, (\d+) deferred"
+    r"</title></rect>"
+)
+
+
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def shared_backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[tuple[Any, Any, list[str]]]:
+    """A driver and a lock store on a real server, emptied, and the arguments of
+    ``tests.flask.fleet_worker`` that reach the same ones from another process."""
+    if request.param == "redis":
+        from rainier_sync.drivers import RedisQueue
+        from rainier_sync.locks import RedisLockStore
+
+        url = request.getfixturevalue("redis_url")
+        prefix = f"rsflask:{uuid.uuid4().hex[:12]}:"
+        queue = RedisQueue.from_url(url, prefix=prefix, reservation=30)
+        locks = RedisLockStore.from_url(url, prefix=prefix + "lock:")
+        yield queue, locks, ["redis", url, prefix]
+        keys = list(queue.client.scan_iter(match=prefix + "*", count=1000))
+        if keys:
+            queue.client.delete(*keys)
+    else:
+        from rainier_sync.drivers.database import DatabaseQueue
+        from rainier_sync.locks import DatabaseLockStore
+
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / 'jobs.sqlite3'}"
+            queue = DatabaseQueue.from_url(url, reservation=30)
+            queue.migrate()
+        else:
+            from tests.drivers.database.support import postgres_schema_url
+
+            url = postgres_schema_url(request)
+            queue = DatabaseQueue.from_url(url, reservation=30)
+            queue._backend.execute("TRUNCATE rainier_jobs, rainier_failed_jobs, rainier_locks")
+        locks = DatabaseLockStore.from_url(url)
+        yield queue, locks, ["database", url, ""]
+    locks.close()
+    queue.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_index_charts_what_a_worker_in_another_process_finished(
+    shared_backend: tuple[Any, Any, list[str]],
+) -> None:
+    """The web process runs no worker: the chart is the fleet's, read from the lock store."""
+    import datetime
+
+    from freezegun import freeze_time
+
+    from rainier_sync import Container, QueueManager
+
+    from .apps import Quiet, registry
+
+    queue, locks, args = shared_backend
+    manager = QueueManager({"main": queue}, registry=registry().with_job(Quiet), container=Container(), locks=locks)
+    app, _ = make_app(manager=manager, authorize=lambda: True)
+    manager.dispatch_many([Quiet(), Quiet(), Quiet(), Explode("<b>no</b>")])
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.flask.fleet_worker", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "1"], done.stdout
+
+    client = app.test_client()
+    # Both pages read at one instant, so their minutes are the same.
+    with freeze_time(datetime.datetime.now(datetime.timezone.utc)):
+        index = client.get("/queues/").get_data(as_text=True)
+        workers = client.get("/queues/workers").get_data(as_text=True)
+    chart = re.search(r'<svg id="throughput".*?</svg>', index, re.S)
+    assert chart is not None, "the index draws no throughput chart"
+    minutes = {bar.group(1): tuple(int(n) for n in bar.groups()[1:]) for bar in FLEET_BAR.finditer(chart.group(0))}
+    assert [sum(column) for column in zip(*minutes.values(), strict=True)] == [3, 0, 1, 0], minutes
+    fleet = re.search(r'<svg id="fleet-throughput".*?</svg>', workers, re.S)
+    assert fleet is not None
+    bars = re.compile(r"<rect [^>]*>.*?</rect>")
+    assert bars.findall(chart.group(0)) == bars.findall(fleet.group(0)), "one chart, drawn from the same counts"
