@@ -30,6 +30,7 @@ its last change.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -45,7 +46,9 @@ if TYPE_CHECKING:
     from .pending import Dispatcher
 
 __all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "tallied", "call_back", "records_of"]
-__all__ += ["CANCEL_LOOKUP", "RETENTION"]
+__all__ += ["CANCEL_LOOKUP", "RETENTION", "retry"]
+
+log = logging.getLogger("rainier_sync")
 
 #: Seconds a batch is kept after its last change (the default).
 RETENTION = 7 * 86400.0
@@ -402,6 +405,43 @@ class BatchGuard:
                     cls._seen.clear()
                 cls._seen[batch_id] = seen
         return f"batch {batch_id} was cancelled" if seen[1] else None
+
+
+def retry(locks: LockStore, driver: Any, queued: QueuedJob, requeue: Callable[[Callable[[str], bool]], bool]) -> bool:
+    """Queue ``queued``, a failed job of a batch, again (``requeue(retry_failed)``,
+    the manager's retry given the driver's call to make), its failure first taken
+    out of its batch's counts (failed -1, pending +1) so that its next outcome
+    counts once. Where the driver keeps the batch's tally, one transaction does
+    both; elsewhere the store forgets the job's count first
+    (:meth:`~rainier_sync.locks.base.LockStore.tally_unsettle`, once per count),
+    and puts it back when the job was not queued again and is still failed."""
+    batch_id = str((queued.meta or {}).get("batch"))
+    record = _record(locks, batch_id)
+    if record is None:  # the batch expired (or was never recorded): nothing to count
+        return requeue(driver.retry_failed)
+    key, retention = batch_key(batch_id), float(record.get("retention", RETENTION))
+    within = getattr(driver, "retry_failed_counting", None)
+    if within is not None and driver.counts_batches_of(locks):
+        return requeue(lambda job_id: bool(within(job_id, key, retention)))
+    _, took = locks.tally_unsettle(key, queued.id, "failed", retention)
+    retried = False
+    try:
+        retried = requeue(driver.retry_failed)
+    finally:
+        if took and not retried:
+            _put_back(locks, driver, queued, key, retention)
+    return retried
+
+
+def _put_back(locks: LockStore, driver: Any, queued: QueuedJob, key: str, retention: float) -> None:
+    """Count a job whose retry did not queue it as failed again, if it is still failed
+    (gone, it was retried by another call, or forgotten)."""
+    try:
+        still = driver.failed_job(queued.id) is not None
+        if still:
+            locks.tally_settle(key, queued.id, "failed", retention)
+    except Exception:  # noqa: BLE001 - the retry's own outcome (or error) is what the caller hears
+        log.exception("failed job %s: its count in %s could not be put back", queued.id, key)
 
 
 def loader(manager: Any, batch_id: str) -> Callable[[], Batch | None]:

@@ -239,8 +239,17 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         driver = self.connection(connection)
         failed = driver.failed_job(id)
         queued = failed.job if failed is not None else None
+        if queued is not None and queued.meta and "batch" in queued.meta and self.locks is not None:
+            from .batch import retry
+
+            return retry(self.locks, driver, queued, lambda again: self._retry(id, queued, again))
+        return self._retry(id, queued, driver.retry_failed)
+
+    def _retry(self, id: str, queued: QueuedJob | None, again: Callable[[str], bool]) -> bool:
+        """``again(id)``, the driver's retry of failed job ``id`` (``queued``), a unique
+        one holding its lock again first."""
         if queued is None or queued.unique_key is None or self.locks is None:
-            return driver.retry_failed(id)
+            return again(id)
         key = queued.unique_key
         owner = queued.unique_owner = queued.unique_owner or new_id()
         if not self.locks.acquire(key, owner, queued.unique_for or 3600):
@@ -249,7 +258,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
                 "or running now; its failed entry is kept"
             )
         try:
-            retried = driver.retry_failed(id)
+            retried = again(id)
         except BaseException:
             release(self.locks, [queued])
             raise
