@@ -107,7 +107,13 @@ class Batch:
 
 
 class PendingBatch:
-    """A batch being built: ``manager.batch(jobs, name=...).then(J()).dispatch()``."""
+    """A batch being built: ``manager.batch(jobs, name=...).then(J()).dispatch()``.
+
+    What the builder set reads back as ``name``, ``jobs``, ``callbacks``,
+    ``allows_failures``, ``queue``, ``connection`` and ``retention``; ``id`` is
+    the batch's id once dispatched (None before). A fake manager records it so,
+    for ``assert_batched`` to look at.
+    """
 
     def __init__(self, manager: Any, jobs: Sequence[Job], name: str | None = None) -> None:
         if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
@@ -121,10 +127,53 @@ class PendingBatch:
         _check_jobs(manager, self._jobs)
         self._record: dict[str, Any] = {"name": name, "allow_failures": False, "queue": None}
         self._retention = RETENTION
+        #: The batch's id once dispatched; None before.
+        self.id: str | None = None
+
+    @property
+    def name(self) -> str | None:
+        """The name given to ``manager.batch(..., name=)``, or None."""
+        name: str | None = self._record["name"]
+        return name
 
     @property
     def jobs(self) -> list[Job]:
+        """The batch's jobs, in order (a copy)."""
         return list(self._jobs)
+
+    @property
+    def callbacks(self) -> dict[str, Job]:
+        """The callbacks set, by ``"then"``, ``"catch"`` and ``"finally"`` (a copy)."""
+        return {which: self._record[which] for which in ("then", "catch", "finally") if which in self._record}
+
+    @property
+    def allows_failures(self) -> bool:
+        """Whether :meth:`allow_failures` was called (a failure does not cancel the batch)."""
+        return bool(self._record["allow_failures"])
+
+    @property
+    def queue(self) -> str | None:
+        """The queue :meth:`on_queue` set, or None (each job's ``QUEUE``)."""
+        queue: str | None = self._record["queue"]
+        return queue
+
+    @property
+    def connection(self) -> str | None:
+        """The connection the jobs go to: the manager's default."""
+        connection: str | None = self._manager.default
+        return connection
+
+    @property
+    def retention(self) -> float:
+        """Seconds the batch is kept after its last change (:meth:`keep_for`; default :data:`RETENTION`)."""
+        return self._retention
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self.callbacks))
+        return (
+            f"PendingBatch(name={self.name!r}, jobs={len(self._jobs)}, callbacks=[{names}], "
+            f"allows_failures={self.allows_failures}, queue={self.queue!r})"
+        )
 
     def then(self, job: Job) -> PendingBatch:
         """Queue ``job`` once when every job of the batch succeeded."""
@@ -166,7 +215,7 @@ class PendingBatch:
         """Record the batch, then queue its jobs; returns the batch."""
         manager = self._manager
         locks = _locks(manager)
-        batch_id = os.urandom(16).hex()
+        batch_id = self.id = os.urandom(16).hex()
         record = dict(self._record)
         record.update(created_at=_clock.now(), retention=self._retention)
         for which in ("then", "catch", "finally"):
@@ -453,6 +502,7 @@ class RecordedBatch(PendingBatch):
     """A fake manager's batch: dispatching records it and runs nothing."""
 
     def dispatch(self) -> Batch:
+        self.id = os.urandom(16).hex()
         self._manager.recording.batches.append(self)
         counts = {"total": len(self.jobs), "pending": len(self.jobs)}
-        return Batch(os.urandom(16).hex(), {"name": self._record.get("name")}, counts)
+        return Batch(self.id, {"name": self.name}, counts)

@@ -425,7 +425,8 @@ class FakeQueueManager(QueueManager):
     def assert_batched(self, predicate: Callable[[Any], bool] | None = None) -> None:
         """A batch was dispatched that ``predicate`` (called with its :class:`PendingBatch`) accepts."""
         if not any(predicate is None or predicate(batch) for batch in self.recording.batches):
-            raise AssertionError(f"expected a matching batch; batches dispatched: {len(self.recording.batches)}")
+            seen = ", ".join(repr(batch) for batch in self.recording.batches) or "none"
+            raise AssertionError(f"expected a matching batch; batches dispatched: {seen}")
 
     def assert_chained(self, expected: Sequence[type[Job] | Callable[[Any], bool]]) -> None:
         """A chain was dispatched whose links match ``expected`` (classes or predicates), in order."""
