@@ -103,9 +103,17 @@ class Rig:
     closing: list[Any] = field(default_factory=list)
 
     def run(self, *queues: str) -> None:
-        """Run everything due on ``queues`` (the callbacks' too) and return."""
-        options = WorkerOptions(once=True, concurrency=2, queues=list(queues or ("default",)))
-        Worker(self.manager, options=options).run()
+        """Run everything due on ``queues`` (the callbacks' too) and return.
+
+        A ``once`` run on Redis may end while its loop's blocking read has just
+        taken a job queued meanwhile (a chain's next link, a callback); the next
+        run in this thread hands it out, so runs go on while anything is queued."""
+        names = list(queues or ("default",))
+        for _ in range(20):
+            Worker(self.manager, options=WorkerOptions(once=True, concurrency=2, queues=names)).run()
+            if not any(self.driver.size(name) for name in names):
+                return
+        raise AssertionError(f"jobs still queued on {names} after 20 runs: {[self.driver.size(n) for n in names]}")
 
     def failed_ids(self) -> list[str]:
         return sorted(failed.id for failed in self.driver.failed_jobs(limit=1000))
