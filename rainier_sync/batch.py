@@ -18,6 +18,10 @@ callback carries a once-key (``batch:<id>:then``...), so however many settles
 queue it (a crash re-runs a job, and its settle queues again) it runs once
 (:mod:`rainier_sync.once`).
 
+A failed job of a batch that is retried goes back to pending (failed -1,
+pending +1) before it is queued again (:func:`retry`), so its next outcome
+counts once; the callbacks' once-keys still keep each to one run.
+
 Without ``allow_failures()`` a final failure cancels the batch; so does
 :meth:`~rainier_sync.QueueManager.cancel_batch`. A job of a cancelled batch is
 skipped when it comes to run, before its middleware (workers look the cancel

@@ -234,7 +234,8 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         A unique job takes its lock again first, so a fresh dispatch of the same
         job is dropped as a duplicate while the retried one is queued. When a live
         copy holds the lock, :class:`~rainier_sync.errors.UniqueLockHeldError` says
-        so and the failed entry stays where it is.
+        so and the failed entry stays where it is. A failed job of a batch goes back
+        to pending in its batch's counts first (:func:`rainier_sync.batch.retry`).
         """
         driver = self.connection(connection)
         failed = driver.failed_job(id)

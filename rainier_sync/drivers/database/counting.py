@@ -19,6 +19,9 @@ tally does:
   counts to ``after``, which queues the callbacks they call for (before the
   commit: a crash then runs the jobs again, and the callbacks' once-keys keep
   them to one run) and may cancel a batch in the same transaction.
+
+A retry of a failed job of a batch takes its failure back out of the tally in
+the transaction that queues it again (:class:`Uncount`).
 """
 
 from __future__ import annotations
