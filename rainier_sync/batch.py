@@ -18,6 +18,10 @@ callback carries a once-key (``batch:<id>:then``...), so however many settles
 queue it (a crash re-runs a job, and its settle queues again) it runs once
 (:mod:`rainier_sync.once`).
 
+A failed job of a batch that is retried goes back to pending (failed -1,
+pending +1) before it is queued again (:func:`retry`), so its next outcome
+counts once; the callbacks' once-keys still keep each to one run.
+
 Without ``allow_failures()`` a final failure cancels the batch; so does
 :meth:`~rainier_sync.QueueManager.cancel_batch`. A job of a cancelled batch is
 skipped when it comes to run, before its middleware (workers look the cancel
@@ -30,6 +34,7 @@ its last change.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -45,7 +50,9 @@ if TYPE_CHECKING:
     from .pending import Dispatcher
 
 __all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "tallied", "call_back", "records_of"]
-__all__ += ["CANCEL_LOOKUP", "RETENTION"]
+__all__ += ["CANCEL_LOOKUP", "RETENTION", "retry"]
+
+log = logging.getLogger("rainier_sync")
 
 #: Seconds a batch is kept after its last change (the default).
 RETENTION = 7 * 86400.0
@@ -104,7 +111,13 @@ class Batch:
 
 
 class PendingBatch:
-    """A batch being built: ``manager.batch(jobs, name=...).then(J()).dispatch()``."""
+    """A batch being built: ``manager.batch(jobs, name=...).then(J()).dispatch()``.
+
+    What the builder set reads back as ``name``, ``jobs``, ``callbacks``,
+    ``allows_failures``, ``queue``, ``connection`` and ``retention``; ``id`` is
+    the batch's id once dispatched (None before). A fake manager records it so,
+    for ``assert_batched`` to look at.
+    """
 
     def __init__(self, manager: Any, jobs: Sequence[Job], name: str | None = None) -> None:
         if isinstance(jobs, Job) or not isinstance(jobs, Sequence):
@@ -118,10 +131,53 @@ class PendingBatch:
         _check_jobs(manager, self._jobs)
         self._record: dict[str, Any] = {"name": name, "allow_failures": False, "queue": None}
         self._retention = RETENTION
+        #: The batch's id once dispatched; None before.
+        self.id: str | None = None
+
+    @property
+    def name(self) -> str | None:
+        """The name given to ``manager.batch(..., name=)``, or None."""
+        name: str | None = self._record["name"]
+        return name
 
     @property
     def jobs(self) -> list[Job]:
+        """The batch's jobs, in order (a copy)."""
         return list(self._jobs)
+
+    @property
+    def callbacks(self) -> dict[str, Job]:
+        """The callbacks set, by ``"then"``, ``"catch"`` and ``"finally"`` (a copy)."""
+        return {which: self._record[which] for which in ("then", "catch", "finally") if which in self._record}
+
+    @property
+    def allows_failures(self) -> bool:
+        """Whether :meth:`allow_failures` was called (a failure does not cancel the batch)."""
+        return bool(self._record["allow_failures"])
+
+    @property
+    def queue(self) -> str | None:
+        """The queue :meth:`on_queue` set, or None (each job's ``QUEUE``)."""
+        queue: str | None = self._record["queue"]
+        return queue
+
+    @property
+    def connection(self) -> str | None:
+        """The connection the jobs go to: the manager's default."""
+        connection: str | None = self._manager.default
+        return connection
+
+    @property
+    def retention(self) -> float:
+        """Seconds the batch is kept after its last change (:meth:`keep_for`; default :data:`RETENTION`)."""
+        return self._retention
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self.callbacks))
+        return (
+            f"PendingBatch(name={self.name!r}, jobs={len(self._jobs)}, callbacks=[{names}], "
+            f"allows_failures={self.allows_failures}, queue={self.queue!r})"
+        )
 
     def then(self, job: Job) -> PendingBatch:
         """Queue ``job`` once when every job of the batch succeeded."""
@@ -163,7 +219,7 @@ class PendingBatch:
         """Record the batch, then queue its jobs; returns the batch."""
         manager = self._manager
         locks = _locks(manager)
-        batch_id = os.urandom(16).hex()
+        batch_id = self.id = os.urandom(16).hex()
         record = dict(self._record)
         record.update(created_at=_clock.now(), retention=self._retention)
         for which in ("then", "catch", "finally"):
@@ -404,6 +460,43 @@ class BatchGuard:
         return f"batch {batch_id} was cancelled" if seen[1] else None
 
 
+def retry(locks: LockStore, driver: Any, queued: QueuedJob, requeue: Callable[[Callable[[str], bool]], bool]) -> bool:
+    """Queue ``queued``, a failed job of a batch, again (``requeue(retry_failed)``,
+    the manager's retry given the driver's call to make), its failure first taken
+    out of its batch's counts (failed -1, pending +1) so that its next outcome
+    counts once. Where the driver keeps the batch's tally, one transaction does
+    both; elsewhere the store forgets the job's count first
+    (:meth:`~rainier_sync.locks.base.LockStore.tally_unsettle`, once per count),
+    and puts it back when the job was not queued again and is still failed."""
+    batch_id = str((queued.meta or {}).get("batch"))
+    record = _record(locks, batch_id)
+    if record is None:  # the batch expired (or was never recorded): nothing to count
+        return requeue(driver.retry_failed)
+    key, retention = batch_key(batch_id), float(record.get("retention", RETENTION))
+    within = getattr(driver, "retry_failed_counting", None)
+    if within is not None and driver.counts_batches_of(locks):
+        return requeue(lambda job_id: bool(within(job_id, key, retention)))
+    _, took = locks.tally_unsettle(key, queued.id, "failed", retention)
+    retried = False
+    try:
+        retried = requeue(driver.retry_failed)
+    finally:
+        if took and not retried:
+            _put_back(locks, driver, queued, key, retention)
+    return retried
+
+
+def _put_back(locks: LockStore, driver: Any, queued: QueuedJob, key: str, retention: float) -> None:
+    """Count a job whose retry did not queue it as failed again, if it is still failed
+    (gone, it was retried by another call, or forgotten)."""
+    try:
+        still = driver.failed_job(queued.id) is not None
+        if still:
+            locks.tally_settle(key, queued.id, "failed", retention)
+    except Exception:  # noqa: BLE001 - the retry's own outcome (or error) is what the caller hears
+        log.exception("failed job %s: its count in %s could not be put back", queued.id, key)
+
+
 def loader(manager: Any, batch_id: str) -> Callable[[], Batch | None]:
     """What a job's ``context.batch`` reads its batch with."""
     return lambda: read(manager, batch_id)
@@ -413,6 +506,7 @@ class RecordedBatch(PendingBatch):
     """A fake manager's batch: dispatching records it and runs nothing."""
 
     def dispatch(self) -> Batch:
+        self.id = os.urandom(16).hex()
         self._manager.recording.batches.append(self)
         counts = {"total": len(self.jobs), "pending": len(self.jobs)}
-        return Batch(os.urandom(16).hex(), {"name": self._record.get("name")}, counts)
+        return Batch(self.id, {"name": self.name}, counts)

@@ -324,7 +324,9 @@ class Executor:
             hand_over(self.dispatcher, found)
             return None
         # Stored once, by the transaction that settles the link: no copy to guard against.
-        job.meta = {k: v for k, v in (job.meta or {}).items() if k not in ("once", "hold")}
+        # A chain's catch keeps its key: a retried link that fails again hands it over again.
+        if "chain" in (job.meta or {}):
+            job.meta = {k: v for k, v in (job.meta or {}).items() if k not in ("once", "hold")}
         stage(connection, [job])
         return [job]
 

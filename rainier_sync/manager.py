@@ -234,13 +234,23 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         A unique job takes its lock again first, so a fresh dispatch of the same
         job is dropped as a duplicate while the retried one is queued. When a live
         copy holds the lock, :class:`~rainier_sync.errors.UniqueLockHeldError` says
-        so and the failed entry stays where it is.
+        so and the failed entry stays where it is. A failed job of a batch goes back
+        to pending in its batch's counts first (:func:`rainier_sync.batch.retry`).
         """
         driver = self.connection(connection)
         failed = driver.failed_job(id)
         queued = failed.job if failed is not None else None
+        if queued is not None and queued.meta and "batch" in queued.meta and self.locks is not None:
+            from .batch import retry
+
+            return retry(self.locks, driver, queued, lambda again: self._retry(id, queued, again))
+        return self._retry(id, queued, driver.retry_failed)
+
+    def _retry(self, id: str, queued: QueuedJob | None, again: Callable[[str], bool]) -> bool:
+        """``again(id)``, the driver's retry of failed job ``id`` (``queued``), a unique
+        one holding its lock again first."""
         if queued is None or queued.unique_key is None or self.locks is None:
-            return driver.retry_failed(id)
+            return again(id)
         key = queued.unique_key
         owner = queued.unique_owner = queued.unique_owner or new_id()
         if not self.locks.acquire(key, owner, queued.unique_for or 3600):
@@ -249,7 +259,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
                 "or running now; its failed entry is kept"
             )
         try:
-            retried = driver.retry_failed(id)
+            retried = again(id)
         except BaseException:
             release(self.locks, [queued])
             raise
@@ -416,7 +426,8 @@ class FakeQueueManager(QueueManager):
     def assert_batched(self, predicate: Callable[[Any], bool] | None = None) -> None:
         """A batch was dispatched that ``predicate`` (called with its :class:`PendingBatch`) accepts."""
         if not any(predicate is None or predicate(batch) for batch in self.recording.batches):
-            raise AssertionError(f"expected a matching batch; batches dispatched: {len(self.recording.batches)}")
+            seen = ", ".join(repr(batch) for batch in self.recording.batches) or "none"
+            raise AssertionError(f"expected a matching batch; batches dispatched: {seen}")
 
     def assert_chained(self, expected: Sequence[type[Job] | Callable[[Any], bool]]) -> None:
         """A chain was dispatched whose links match ``expected`` (classes or predicates), in order."""

@@ -137,6 +137,14 @@ class LockStore(ABC):
         settled = [self.tally_settle(key, member, field, ttl) for key, member, field, ttl in items]
         return _last_counts(items, settled)
 
+    def tally_unsettle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        """Undo :meth:`tally_settle` of ``member``, all at once: when ``member`` was
+        settled, forget it (so it settles again), take one from ``field`` and add
+        one to ``pending``. Returns every count, and whether ``member`` was there
+        (a member not there changes nothing). A batch's retried job goes back to
+        pending so."""
+        raise self._cannot("keep tallies (tally_unsettle)")
+
     def tally(self, key: str) -> dict[str, int] | None:
         """The counts under ``key``, or None when there are none."""
         raise self._cannot("keep tallies (tally)")

@@ -341,6 +341,21 @@ class DatabaseLockStore(LockStore):
 
         return self._backend.transaction(settle)
 
+    def tally_unsettle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        sql, ttl = self._backend.sql, float(ttl)
+
+        def unsettle(cursor: Any) -> tuple[dict[str, int], bool]:
+            self._lock_rows(cursor, key)
+            cursor.execute(sql(f"DELETE FROM {TALLY_MEMBERS} WHERE tally_key = %s AND member = %s"), (key, member))
+            there = cursor.rowcount == 1
+            if there:
+                update = sql(f"UPDATE {TALLIES} SET n = n + %s WHERE tally_key = %s AND field = %s")
+                for name, n in (("pending", 1), (field, -1)):
+                    cursor.execute(update, (n, key, name))
+            return self._touch(cursor, key, _clock.now() + ttl), there
+
+        return self._backend.transaction(unsettle)
+
     def _insert_members(
         self, cursor: Any, items: Sequence[tuple[str, str, str, float]], now: float, ttls: dict[str, float]
     ) -> list[bool]:

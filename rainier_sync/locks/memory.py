@@ -165,6 +165,16 @@ class MemoryLockStore(LockStore):
                 news.append(new)
             return [(dict(self._tallies[key][0]), new) for (key, _, _, _), new in zip(items, news, strict=True)]
 
+    def tally_unsettle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        with self._mutex:
+            held, members = self._tally(key, ttl)
+            there = member in members
+            if there:
+                members.discard(member)
+                held[field] = held.get(field, 0) - 1
+                held["pending"] = held.get("pending", 0) + 1
+            return dict(held), there
+
     def tally(self, key: str) -> dict[str, int] | None:
         with self._mutex:
             held = self._tallies.get(key)

@@ -104,6 +104,10 @@ class RedisLockStore(LockStore):
         return self._script("tally_settle")
 
     @property
+    def _tally_unsettle(self) -> Any:
+        return self._script("tally_unsettle")
+
+    @property
     def _tally_settle_many(self) -> Any:
         return self._script("tally_settle_many")
 
@@ -360,6 +364,13 @@ class RedisLockStore(LockStore):
             for i, new in zip(indexes, reply[1 : 1 + n], strict=True):
                 out[i] = (dict(counts), bool(new))
         return out
+
+    def tally_unsettle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
+        keys = self._tally_keys(key)
+        reply: Any = self._call(
+            f"tally {key!r}", lambda: self._tally_unsettle(keys=keys, args=[member, field, _ttl_ms(ttl, key)])
+        )
+        return _counts(reply[1:]), bool(reply[0])
 
     def tally(self, key: str) -> dict[str, int] | None:
         got: Any = self._call(f"tally {key!r}", lambda: self._client.hgetall(self._tally_keys(key)[0]))

@@ -228,6 +228,42 @@ def test_a_tally_counts_each_member_once(store: LockStore) -> None:
     assert store.tally(name) == {"total": 5, "pending": 3, "processed": 1, "failed": 1}
 
 
+def test_a_member_unsettled_goes_back_to_pending_once_and_settles_again(store: LockStore) -> None:
+    name = key()
+    store.tally_add(name, {"total": 2, "pending": 2, "processed": 0, "failed": 0}, 3600)
+    store.tally_settle_many([(name, "job-1", "failed", 3600), (name, "job-2", "processed", 3600)])
+    counts, there = store.tally_unsettle(name, "job-1", "failed", 3600)
+    assert there and counts == {"total": 2, "pending": 1, "processed": 1, "failed": 0}
+    counts, there = store.tally_unsettle(name, "job-1", "failed", 3600)
+    assert not there and counts == {"total": 2, "pending": 1, "processed": 1, "failed": 0}, "once"
+    assert not store.tally_unsettle(name, "job-9", "failed", 3600)[1], "never settled: nothing changes"
+    counts, new = store.tally_settle(name, "job-1", "processed", 3600)
+    assert new and counts == {"total": 2, "pending": 0, "processed": 2, "failed": 0}, "it counts again"
+    assert store.tally(name) == counts
+
+
+def test_a_member_unsettled_from_many_threads_at_once_goes_back_once(store: LockStore) -> None:
+    name = key()
+    store.tally_add(name, {"total": 10, "pending": 10, "processed": 0, "failed": 0}, 3600)
+    store.tally_settle_many([(name, f"job-{n}", "failed", 3600) for n in range(10)])
+    answers: list[bool] = []
+    barrier = threading.Barrier(4)
+
+    def unsettle() -> None:
+        barrier.wait()
+        for n in range(10):
+            answers.append(store.tally_unsettle(name, f"job-{n}", "failed", 3600)[1])
+
+    threads = [threading.Thread(target=unsettle) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert answers.count(True) == 10 and len(answers) == 40
+    assert store.tally(name) == {"total": 10, "pending": 10, "processed": 0, "failed": 0}
+
+
 def test_a_tally_settled_from_many_threads_is_exact(store: LockStore) -> None:
     name = key()
     store.tally_add(name, {"total": 40, "pending": 40, "processed": 0, "failed": 0}, 3600)

@@ -142,3 +142,24 @@ def test_an_unregistered_link_and_a_missing_lock_store_are_refused() -> None:
     unlocked, _ = build(locks=None)
     with pytest.raises(ConfigurationError, match="locks="):
         unlocked.chain([Step(1)]).dispatch()
+
+
+def test_a_retried_link_that_fails_again_runs_catch_again_only_after_its_key_is_held_a_week() -> None:
+    from freezegun import freeze_time
+
+    from rainier_sync.once import DEFAULT_HOLD
+
+    manager, memory = build()
+    with freeze_time("2026-03-01 12:00:00") as frozen:
+        manager.chain([Step(1), Step(2, fail=True), Step(3)]).catch(Caught()).dispatch()
+        drain(manager)
+        assert Step.ran == [1, 2] and Caught.ran == 1
+        (failed,) = memory.failed
+        frozen.tick(DEFAULT_HOLD - 60)
+        assert manager.retry_failed(failed.id)
+        drain(manager)
+        assert Step.ran == [1, 2, 2] and Caught.ran == 1, "within the week: catch once per chain"
+        frozen.tick(120)
+        assert manager.retry_failed(failed.id)
+        drain(manager)
+        assert Step.ran == [1, 2, 2, 2] and Caught.ran == 2, "the key was let go after a week"

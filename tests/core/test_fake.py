@@ -113,3 +113,45 @@ def test_every_dispatch_path_on_the_fake_still_checks_the_payload(path: str) -> 
     with pytest.raises(PayloadError, match="field 'value' is not JSON-serialisable"):
         send()
     fake.assert_nothing_pushed()
+
+
+def test_a_recorded_batch_reads_back_what_its_builder_set() -> None:
+    fake = QueueManager.fake()
+    rows = [jobs.Record(1), jobs.Record(2), jobs.Record(3)]
+    done, failed, cleanup = jobs.Record("done"), jobs.Record("failed"), jobs.Record("cleanup")
+    dispatched = (
+        fake.batch(rows, name="import 42")
+        .then(done)
+        .catch(failed)
+        .finally_(cleanup)
+        .allow_failures()
+        .on_queue("imports")
+        .keep_for(3600)
+        .dispatch()
+    )
+    fake.assert_batched(lambda b: b.name == "import 42")
+    fake.assert_batched(lambda b: b.jobs == rows and b.callbacks == {"then": done, "catch": failed, "finally": cleanup})
+    fake.assert_batched(lambda b: b.allows_failures and b.queue == "imports" and b.retention == 3600.0)
+    fake.assert_batched(lambda b: b.id == dispatched.id and b.connection == "default")
+    fake.batch([jobs.Record(4)]).dispatch()
+    (first, plain) = fake.recording.batches
+    assert (plain.name, plain.callbacks, plain.allows_failures, plain.queue) == (None, {}, False, None)
+    assert plain.retention == 7 * 86400.0 and plain.id is not None and plain.id != first.id
+    with pytest.raises(AssertionError) as raised:
+        fake.assert_batched(lambda b: b.name == "import 43")
+    said = str(raised.value)
+    assert "PendingBatch(name='import 42', jobs=3, callbacks=[catch, finally, then]" in said
+    assert "PendingBatch(name=None, jobs=1, callbacks=[]" in said
+
+
+def test_a_real_batch_reads_back_what_its_builder_set_and_its_id() -> None:
+    from rainier_sync.drivers import MemoryQueue
+    from rainier_sync.locks import MemoryLockStore
+
+    manager = QueueManager(
+        {"main": MemoryQueue()}, registry=rainier_sync.JobRegistry().with_job(jobs.Record), locks=MemoryLockStore()
+    )
+    pending = manager.batch([jobs.Record(1)], name="nightly").then(jobs.Record("done"))
+    assert pending.id is None and pending.name == "nightly" and pending.connection == "main"
+    batch = pending.dispatch()
+    assert pending.id == batch.id and pending.callbacks == {"then": jobs.Record("done")}

@@ -19,6 +19,9 @@ tally does:
   counts to ``after``, which queues the callbacks they call for (before the
   commit: a crash then runs the jobs again, and the callbacks' once-keys keep
   them to one run) and may cancel a batch in the same transaction.
+
+A retry of a failed job of a batch takes its failure back out of the tally in
+the transaction that queues it again (:class:`Uncount`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _clock
 from ...types import ExceptionInfo, QueuedJob
-from ._schema import JOBS, TALLIES
+from ._schema import JOBS, TALLIES, TALLY_MEMBERS
 from .url import SQLITE
 
 if TYPE_CHECKING:
@@ -41,7 +44,35 @@ CountItem = tuple[QueuedJob, str, str, float]
 #: cancel a batch in the transaction (its counts after), queues what they call for.
 After = Callable[[dict[str, dict[str, int]], set[str], Callable[[str], dict[str, int]]], None]
 
-__all__ = ["CountItem", "After", "same_database", "claim_counting", "settle_counting"]
+__all__ = ["CountItem", "After", "same_database", "claim_counting", "settle_counting", "Uncount"]
+
+
+class Uncount:
+    """A retry's part in its job's batch (:meth:`.failed.FailedTable.retry_failed_counting`):
+    in the transaction that queues the failed job again, the batch's ``pending``
+    row is taken first (as every change of a tally does), then its failure is
+    taken out of the tally (failed -1, pending +1, and its member row, if it
+    has one, goes), so that its next outcome counts once."""
+
+    def __init__(self, core: DatabaseCore, key: str, ttl: float) -> None:
+        self._sql = core._sql
+        self._lock = "" if core.dialect == SQLITE else " FOR UPDATE"
+        self.key, self.ttl = key, float(ttl)
+
+    def take(self, cursor: Any) -> None:
+        """Before anything else of the retry: the tally's ``pending`` row."""
+        sql = f"SELECT n FROM {TALLIES} WHERE tally_key = %s AND field = 'pending'{self._lock}"
+        cursor.execute(self._sql(sql), (self.key,))
+        cursor.fetchall()
+
+    def apply(self, cursor: Any, member: str, now: float) -> None:
+        """Once the failed job is queued again: its failure out of the tally."""
+        sql, key = self._sql, self.key
+        cursor.execute(sql(f"DELETE FROM {TALLY_MEMBERS} WHERE tally_key = %s AND member = %s"), (key, member))
+        update = sql(f"UPDATE {TALLIES} SET n = n + %s WHERE tally_key = %s AND field = %s")
+        for field, n in (("pending", 1), ("failed", -1)):
+            cursor.execute(update, (n, key, field))
+        cursor.execute(sql(f"UPDATE {TALLIES} SET expires_at = %s WHERE tally_key = %s"), (now + self.ttl, key))
 
 
 def same_database(core: DatabaseCore, store: Any) -> bool:

@@ -9,7 +9,7 @@ from ... import _clock
 from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info, decode, encode
 from ._core import DatabaseCore, column_text
 from ._schema import FAILED, JOBS
-from .counting import After, CountItem, settle_counting
+from .counting import After, CountItem, Uncount, settle_counting
 
 
 class FailedTable(DatabaseCore):
@@ -115,9 +115,19 @@ class FailedTable(DatabaseCore):
         return int(self._backend.query(f"SELECT count(*) FROM {FAILED}")[0][0])
 
     def retry_failed(self, id: str) -> bool:
+        return self._retry(id, None)
+
+    def retry_failed_counting(self, id: str, tally: str, ttl: float) -> bool:
+        """:meth:`retry_failed` of a failed job of a batch whose tally (``tally``) is
+        in this database: its failure taken out of the tally in the same transaction."""
+        return self._retry(id, Uncount(self, tally, ttl))
+
+    def _retry(self, id: str, uncount: Uncount | None) -> bool:
         sql = self._sql
 
         def move(cursor: Any) -> bool:
+            if uncount is not None:
+                uncount.take(cursor)
             now = _clock.now()
             cursor.execute(sql(f"SELECT queue, name, body FROM {FAILED} WHERE id = %s"), (id,))
             row = cursor.fetchone()
@@ -139,6 +149,8 @@ class FailedTable(DatabaseCore):
                 # row above without a lock): that one queues it, this one must not.
                 return False
             cursor.execute(sql(sql.insert_one()), (id, queue, name, body, 0, priority, now))
+            if uncount is not None:
+                uncount.apply(cursor, id, now)
             return True
 
         retried = self._backend.transaction(move)
