@@ -1,5 +1,8 @@
 """A backend that cannot be reached ends a command with exit 1 (an operation
-failed), not 2 (usage): Redis on a loopback port nothing listens on."""
+failed), not 2 (usage): Redis on a loopback port nothing listens on, and a real
+Redis stopped with SIGSTOP (it accepts connections and never answers), met with
+the default timeouts. A Redis database index the server does not have is a
+configuration mistake: exit 2 at once."""
 
 from __future__ import annotations
 

@@ -197,19 +197,22 @@ def test_a_bad_timeout_in_the_environment_is_refused_naming_the_variable(
 # -- idle is not an outage ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("response_timeout_ms", [None, 250], ids=["default", "250ms"])
 def test_a_worker_idle_for_longer_than_the_response_timeout_stays_healthy(
-    redis_url: str, redis_client: redis.Redis, prefix: str
+    redis_url: str, redis_client: redis.Redis, prefix: str, response_timeout_ms: int | None
 ) -> None:
     failed: list[dict[str, Any]] = []
 
     def on_failed(sender: object, **kwargs: Any) -> None:
         failed.append(kwargs)
 
-    driver = RedisQueue.from_url(redis_url, prefix=prefix)  # the default timeouts
+    driver = RedisQueue.from_url(redis_url, prefix=prefix, response_timeout_ms=response_timeout_ms)
+    response_timeout = RESPONSE_TIMEOUT if response_timeout_ms is None else response_timeout_ms / 1000
+    assert timeouts(driver.client)[1] == response_timeout
     manager = QueueManager({"redis": driver}, registry=jobs.registry(), container=jobs.container(redis_url))
     manager.dispatch(jobs.Record(prefix, 1))  # the queue has a stream, so the idle worker blocks reading it
     # an idle wait itself longer than the response timeout too
-    worker = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=1, sleep=RESPONSE_TIMEOUT * 2))
+    worker = Worker(manager, options=WorkerOptions(queues=["default"], concurrency=1, sleep=response_timeout * 2))
     signals.queue_operation_failed.connect(on_failed)
     worker.start()
     try:
@@ -223,7 +226,7 @@ def test_a_worker_idle_for_longer_than_the_response_timeout_stays_healthy(
 
         # idle through more than one response timeout, and blocked in its read at the end of it
         wait_until(
-            lambda: time.monotonic() - idle_from > RESPONSE_TIMEOUT + 2 * LONGEST_BLOCK and blocked_reading(),
+            lambda: time.monotonic() - idle_from > response_timeout + 2 * LONGEST_BLOCK and blocked_reading(),
             30,
             0.05,
             "the worker to stay idle past the response timeout",
