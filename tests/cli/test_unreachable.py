@@ -1,7 +1,13 @@
 """A backend that cannot be reached ends a command with exit 1 (an operation
-failed), not 2 (usage): Redis on a loopback port nothing listens on."""
+failed), not 2 (usage): Redis on a loopback port nothing listens on, and a real
+Redis stopped with SIGSTOP (it accepts connections and never answers), met with
+the default timeouts. A Redis database index the server does not have is a
+configuration mistake: exit 2 at once."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +43,57 @@ def test_a_once_run_gives_up_after_the_time_it_was_given() -> None:
     done = run("queue:work", "--once", "--give-up=0.5", "--app=tests.cli.app:down", timeout=60)
     assert done.returncode == 1, done.stderr
     assert "kept failing for" in done.stderr and "giving up this --once run" in done.stderr
+
+
+@pytest.fixture
+def frozen_redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server of the test's own, stopped with SIGSTOP: it accepts connections and never answers."""
+    from tests.drivers.redis.frozen import frozen_redis
+
+    with frozen_redis(tmp_path) as url:
+        yield url
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["queue:work", "--once", "--give-up=5", "--app=tests.cli.app:from_env"], ["queue:status"]],
+    ids=lambda command: command[0],
+)
+def test_a_frozen_redis_ends_the_command_with_exit_1_saying_why(command: list[str], frozen_redis_url: str) -> None:
+    # the default timeouts: nothing declared beside QUEUE_DRIVER and REDIS_URL
+    done = run(*command, env={"QUEUE_DRIVER": "redis", "REDIS_URL": frozen_redis_url}, timeout=60)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("rainier-sync: error: "), done.stderr
+    where = frozen_redis_url.removeprefix("redis://").split("/")[0]
+    assert where in last and "no reply within 5000 ms (response_timeout_ms)" in last, last
+
+
+def _missing_index(redis_url: str) -> tuple[str, int]:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        databases = int(client.config_get("databases")["databases"])
+    finally:
+        client.close()
+    return redis_url.rsplit("/", 1)[0] + f"/{databases}", databases
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["queue:status"],
+        ["queue:failed"],
+        # a run that retried it as an outage would outlast the command's time limit
+        ["queue:work", "--once", "--give-up=120", "--app=tests.cli.app:from_env"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_a_redis_database_index_that_does_not_exist_exits_2_naming_it(command: list[str], redis_url: str) -> None:
+    url, index = _missing_index(redis_url)
+    done = run(*command, env={"QUEUE_DRIVER": "redis", "REDIS_URL": url}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "failed:" not in done.stderr, "nothing was retried as an outage"
+    assert done.stderr.startswith("rainier-sync: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert f"database index {index}" in done.stderr and "DB index is out of range" in done.stderr, done.stderr

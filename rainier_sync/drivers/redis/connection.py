@@ -1,5 +1,6 @@
 """Redis connections for the driver and the lock store: the driver's own retry
-policy (its clients never retry on their own), and the settings' checks."""
+policy (its clients never retry on their own), the settings' checks, and the
+bounds every connection has unless its settings give others."""
 
 from __future__ import annotations
 
@@ -27,6 +28,17 @@ if TYPE_CHECKING:
     from .topology import _Topology
 
 _T = TypeVar("_T")
+
+#: The longest a connection may take to open, unless ``connect_timeout_ms`` says.
+CONNECT_TIMEOUT_MS = 5000
+#: The longest one reply may take, unless ``response_timeout_ms`` says: well above
+#: :data:`LONGEST_BLOCK`, so an idle blocking read is never taken for an outage.
+RESPONSE_TIMEOUT_MS = 5000
+#: Seconds the driver's own blocking commands block at most (an idle worker's
+#: ``XREADGROUP … BLOCK``, the lock store's ``BLPOP``).
+LONGEST_BLOCK = 1.0
+#: What Redis answers a ``SELECT`` of a database it does not have.
+_NO_SUCH_DATABASE = "DB index is out of range"
 
 #: What a connection that is broken, refused or timed out raises; also a server
 #: that is no longer the master (READONLY), and a cluster between two slot maps.
@@ -72,7 +84,9 @@ def _retrying(
     ``attempt`` builds its command's arguments as it sends it, so the times they
     carry ("now", a reservation's deadline) are those of the try that reaches the
     server, not of one made before a wait for it. Redis out of reach raises
-    :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError.
+    :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError;
+    a database index the server does not have (SELECT refused as a connection
+    opens), ConfigurationError: no try would find it there.
 
     A server that answers READONLY (a master demoted under us) counts as a broken
     connection: the next try resolves the master again. A cluster's redirection
@@ -106,15 +120,45 @@ def _retrying(
             failures += 1
             if failures > policy.retries:
                 tries = f" ({failures} tries)" if failures > 1 else ""
-                raise RedisUnavailableError(f"{named()}: {what} failed{tries}: {type(exc).__name__}: {exc}") from exc
+                bound = _bound(exc, topology)
+                raise RedisUnavailableError(
+                    f"{named()}: {what} failed{tries}: {type(exc).__name__}: {exc}{bound}"
+                ) from exc
             time.sleep(policy.pause(failures))
+        except redis.ResponseError as exc:  # after _BROKEN and _REDIRECTED: READONLY, MOVED... are ResponseErrors too
+            if not str(exc).startswith(_NO_SUCH_DATABASE):
+                raise
+            raise _no_such_database(named(), what, exc, topology) from exc
         except _BAD_DATA as exc:
             raise PayloadError(f"{named()}: {what}: Redis cannot be sent this: {exc}") from exc
 
 
-def _positive_ms(owner: str, name: str, value: Any) -> float | None:
+def _bound(exc: BaseException, topology: _Topology | None) -> str:
+    """For a timeout, the setting that cut it off and its value."""
+    if not isinstance(exc, redis.TimeoutError) or topology is None:
+        return ""
+    connect_timeout, response_timeout = topology.timeouts()
+    if "connecting" in str(exc):
+        waited, setting, what = connect_timeout, "connect_timeout_ms", "connection"
+    else:
+        waited, setting, what = response_timeout, "response_timeout_ms", "reply"
+    return "" if waited is None else f" (no {what} within {waited * 1000:g} ms ({setting}))"
+
+
+def _no_such_database(named: str, what: str, exc: BaseException, topology: _Topology | None) -> ConfigurationError:
+    """Redis refused the URL's database index: a mistake in the configuration, not an outage."""
+    index = topology.database() if topology is not None else None
+    which, select = ("database index", "SELECT") if index is None else (f"database index {index}", f"SELECT {index}")
+    return ConfigurationError(
+        f"{named}: {what}: the URL's {which} does not exist on that server (Redis answered {select}: {exc}); "
+        "name an index below the server's 'databases' setting (16 unless configured)"
+    )
+
+
+def _positive_ms(owner: str, name: str, value: Any, default: float) -> float:
+    """``value`` (``default`` when None) in seconds; ConfigurationError naming ``name`` unless positive."""
     if value is None:
-        return None
+        value = default
     return float(check_number(f"{owner}: {name}", value, unit="milliseconds")) / 1000.0
 
 
@@ -125,18 +169,19 @@ def _connection_settings(
     reconnect: bool,
     reconnect_attempts: int | None,
     reconnect_max_backoff_ms: float | None,
-) -> tuple[float | None, float | None, _Reconnect]:
-    """The timeouts (seconds) and reconnect policy the settings ask for; ConfigurationError naming a bad one."""
-    connect_timeout = _positive_ms(owner, "connect_timeout_ms", connect_timeout_ms)
-    response_timeout = _positive_ms(owner, "response_timeout_ms", response_timeout_ms)
+) -> tuple[float, float, _Reconnect]:
+    """The timeouts (seconds; :data:`CONNECT_TIMEOUT_MS` and :data:`RESPONSE_TIMEOUT_MS`
+    unless given) and reconnect policy the settings ask for; ConfigurationError naming a bad one."""
+    connect_timeout = _positive_ms(owner, "connect_timeout_ms", connect_timeout_ms, CONNECT_TIMEOUT_MS)
+    response_timeout = _positive_ms(owner, "response_timeout_ms", response_timeout_ms, RESPONSE_TIMEOUT_MS)
     if not isinstance(reconnect, bool):
         raise ConfigurationError(f"{owner}: reconnect must be true or false, got {reconnect!r}")
     if not reconnect and (reconnect_attempts is not None or reconnect_max_backoff_ms is not None):
         given = "reconnect_attempts" if reconnect_attempts is not None else "reconnect_max_backoff_ms"
         raise ConfigurationError(f"{owner}: {given} has no effect without reconnect = true; set both")
     check_number(f"{owner}: reconnect_attempts", reconnect_attempts, whole=True, none=True)
-    max_backoff = _positive_ms(owner, "reconnect_max_backoff_ms", reconnect_max_backoff_ms)
-    policy = _Reconnect(reconnect_attempts or 3, max_backoff or 1.0) if reconnect else _Reconnect()
+    max_backoff = _positive_ms(owner, "reconnect_max_backoff_ms", reconnect_max_backoff_ms, 1000)
+    policy = _Reconnect(reconnect_attempts or 3, max_backoff) if reconnect else _Reconnect()
     return connect_timeout, response_timeout, policy
 
 

@@ -107,13 +107,16 @@ class RedisQueue(_Counting, _FailedStore, _Browsing):
         ``url`` then gives at most the database and credentials (``redis:///1``).
 
         ``connect_timeout_ms`` bounds opening a connection and ``response_timeout_ms``
-        each reply; both unbounded unless given. With ``reconnect`` a command that
-        meets a dropped, refused or timed-out connection is sent again on a new one,
-        up to ``reconnect_attempts`` (default 3) more times, pausing 100 ms, 200 ms,
-        400 ms... (at most ``reconnect_max_backoff_ms``, default 1000) in between, its
-        times ("now", deadlines) taken afresh for each try. When every try fails, or
-        without ``reconnect`` the first, it raises :class:`RedisUnavailableError`
-        naming the connection (the worker reports it as ``queue_operation_failed``).
+        each reply, 5000 ms each unless given (an idle worker's blocking reads are not
+        cut off by it). With ``reconnect`` a command that meets a dropped, refused or
+        timed-out connection is sent again on a new one, up to ``reconnect_attempts``
+        (default 3) more times, pausing 100 ms, 200 ms, 400 ms... (at most
+        ``reconnect_max_backoff_ms``, default 1000) in between, its times ("now",
+        deadlines) taken afresh for each try. When every try fails, or without
+        ``reconnect`` the first, it raises :class:`RedisUnavailableError` naming the
+        connection (the worker reports it as ``queue_operation_failed``). A database
+        index the server does not have raises
+        :class:`~rainier_sync.errors.ConfigurationError` at the first command, untried again.
         """
         target = _target("redis connection", url, sentinels, service_name)
         connect_timeout, response_timeout, policy = _connection_settings(

@@ -23,6 +23,7 @@ from ... import _clock
 from ...errors import DriverUnavailableError
 from ...types import QueuedJob
 from ..base import Waker
+from .connection import LONGEST_BLOCK
 from .core import _Call
 from .wakeups import _WakeUps
 from .wire import _GROUP, _PROMOTE, _num, _Taken
@@ -324,7 +325,9 @@ class _IdleReading(_WakeUps):
 
     def _start_read(self, read: _IdleRead, streams: list[tuple[str, bytes]], seconds: float) -> None:
         """Send ``XREADGROUP … BLOCK`` for one new entry of each stream (``read.lock`` held).
-        It ends by itself within a second, so a read nobody collects lapses soon."""
+        It ends by itself within a second (:data:`.LONGEST_BLOCK`), so a read nobody
+        collects lapses soon; its reply is read only once it has come, so no
+        response timeout cuts it off."""
         keys = [self.keys.stream(queue, band) for queue, band in streams]
         if read.conn is not None and (read.pool is not self._topology.route(keys[0])[1]):
             self._drop_read(read, ConnectionError("its streams are on another node"))
@@ -349,7 +352,7 @@ class _IdleReading(_WakeUps):
                 log.debug("redis blocking read: %s; waiting on notifications until the next wait", exc)
                 return
             read.conn, read.pool, read.generation = conn, pool, self._topology.generation
-        block_ms = max(1, int(min(seconds, 1.0) * 1000))
+        block_ms = max(1, int(min(seconds, LONGEST_BLOCK) * 1000))
         try:
             read.conn.send_command(
                 "XREADGROUP",

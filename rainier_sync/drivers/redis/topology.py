@@ -221,7 +221,24 @@ class _Topology:
             return ("sentinel", target.service, frozenset(target.hosts), target.db)
         kwargs = self.client.connection_pool.connection_kwargs
         where = kwargs.get("path") or (kwargs.get("host"), kwargs.get("port"))
-        return ("server", where, int(kwargs.get("db", 0) or 0))
+        return ("server", where, self.database())
+
+    def timeouts(self) -> tuple[float | None, float | None]:
+        """The connections' connect and response timeouts, in seconds (None: unbounded,
+        which only a client built elsewhere can be)."""
+        connect_timeout, response_timeout, _ = self._settings
+        if connect_timeout is None and response_timeout is None and not self.cluster:
+            kwargs = self.client.connection_pool.connection_kwargs
+            return kwargs.get("socket_connect_timeout"), kwargs.get("socket_timeout")
+        return connect_timeout, response_timeout
+
+    def database(self) -> int | None:
+        """The database index the connections select (None on a cluster, which has only 0)."""
+        if self.target.kind == "cluster":
+            return None
+        if self.target.kind == "sentinel":
+            return self.target.db
+        return int(self.client.connection_pool.connection_kwargs.get("db", 0) or 0)
 
     def describe(self) -> str:
         target = self.target
