@@ -277,6 +277,14 @@ class Forks(Job):
 
 
 @dataclass
+class ForksUnhurried(Forks):
+    """:class:`Forks` with time to spare: only the worker's stop ends it."""
+
+    NAME = "timeouts.forks-unhurried"
+    TIMEOUT = 60
+
+
+@dataclass
 class Daemonizes(Job):
     """Starts a process that starts a session leader and exits at once, as a daemon
     does; notes the orphan's pid, its parent once orphaned, and this process's pid."""
@@ -368,6 +376,7 @@ ALL: tuple[type[Job], ...] = (
     TimedLimited,
     TimedThrottled,
     Forks,
+    ForksUnhurried,
     Daemonizes,
     LeavesAZombie,
     Noop,

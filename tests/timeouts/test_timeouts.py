@@ -324,7 +324,7 @@ def test_a_grandchild_the_job_started_is_killed_with_its_child(
 def test_a_grandchild_is_killed_when_the_worker_is_stopped_during_its_attempt(
     manager: QueueManager, memory: MemoryQueue, log: str, session: bool
 ) -> None:
-    manager.dispatch(jobs.Forks(log=log, session=session))
+    manager.dispatch(jobs.ForksUnhurried(log=log, session=session))
     worker = Worker(manager, options=WorkerOptions(concurrency=1, grace=0.2))
     worker.start()
     try:
