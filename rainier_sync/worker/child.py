@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..manager import QueueManager
     from ..registry import JobRegistry
 
-__all__ = ["ForkServer", "supported", "load_child_setup", "kill_group", "flush_stdio", "become_subreaper", "READ"]
+__all__ = ["ForkServer", "supported", "load_child_setup", "kill_group", "flush_stdio", "READ"]
 
 log = logging.getLogger("rainier_sync")
 
