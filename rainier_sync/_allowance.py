@@ -21,13 +21,16 @@ after ``a > t - per``; all of them were in the window the store counted at
 
 A window found full is remembered until its first room, and jobs deferred in
 the meantime are booked into its next rooms in turn (a backlog comes back at
-the pace it can run, not all at once, and not in a hot loop).
+the pace it can run, not all at once, and not in a hot loop): each into the
+first room not yet booked, so a job that comes back before its room (the
+starts before it came late) takes a room of the window it finds, and the
+window stays full while there is a backlog.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
-import heapq
 import math
 import threading
 import weakref
@@ -79,7 +82,7 @@ class Allowance:
         #: The window was left full: no room before this; its next rooms (clock times).
         self._closed_until = self._crowded_until = 0.0
         self._rooms: list[float] = []
-        #: When each deferred job this process booked into a room comes back (a heap).
+        #: When each deferred job this process booked into a room comes back (sorted).
         self._booked: list[float] = []
 
     def acquire(self) -> float:
@@ -176,23 +179,39 @@ class Allowance:
         self._since, self._used = began, 0
 
     def _book(self, now: float) -> float:
-        """The delay of a job deferred now: the next room no job this process
-        deferred is booked into (past the rooms the store named, at the limit's pace)."""
+        """The delay of a job deferred now: the first of the window's coming rooms
+        that no job this process deferred is booked into yet (past the rooms the
+        store named, at the limit's pace). A job back before the room it was
+        booked into (the starts before it came late) so takes a room of the
+        window it finds, not one behind every job booked after it."""
         booked = self._booked
-        while booked and booked[0] <= now:
-            heapq.heappop(booked)
-        rooms, queued = self._rooms, len(booked)
-        if not rooms:  # a store that named no room: the limit's pace from now
-            due = now + (queued + 1) * self.per / self.limit
-        elif queued < len(rooms):
-            due = rooms[queued]
-        elif len(rooms) == self.limit:  # every room of the window named: it comes round again after per
-            due = rooms[queued % self.limit] + self.per * (queued // self.limit)
-        else:
-            due = rooms[-1] + (queued - len(rooms) + 1) * self.per / self.limit
-        due = max(due, self._closed_until)
-        heapq.heappush(booked, due)
+        del booked[: bisect.bisect_right(booked, now)]
+        hold = self._stretch() + self._guard
+        # Bookings made from an earlier answer name the same room up to a round trip
+        # apart; a room's bookings are those up to this much after it.
+        near = min(self._guard, self.per / self.limit / 2)
+        queued = counted = 0
+        while True:
+            due = max(self._room(queued, now, hold), self._closed_until)
+            counted = bisect.bisect_right(booked, due + near, lo=counted)
+            if counted <= queued:
+                break
+            queued = counted  # those rooms are all booked: none before this one is free
+        bisect.insort(booked, due)
         return max(due - now, 1e-3)
+
+    def _room(self, queued: int, now: float, hold: float) -> float:
+        """The window's room ``queued`` rooms on from its next one."""
+        rooms = self._rooms
+        if not rooms:  # a store that named no room: the limit's pace from now
+            return now + (queued + 1) * self.per / self.limit
+        if queued < len(rooms):
+            return rooms[queued]
+        if len(rooms) == self.limit:
+            # every room of the window named: each comes round again once the start
+            # made in it (no sooner than the room) has been counted for per seconds
+            return rooms[queued % self.limit] + (self.per + hold) * (queued // self.limit)
+        return rooms[-1] + (queued - len(rooms) + 1) * self.per / self.limit
 
 
 _allowances: weakref.WeakKeyDictionary[LockStore, dict[tuple[str, int, float], Allowance]] = (

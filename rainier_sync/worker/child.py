@@ -7,6 +7,7 @@ See :mod:`rainier_sync.worker.supervisor` for the parent side.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import importlib
 import logging
@@ -37,6 +38,10 @@ log = logging.getLogger("rainier_sync")
 
 #: Bytes read from a socket at a time.
 READ = 65536
+#: Longest the exiting fork server waits for what its children left running to die, in seconds.
+EXIT_WAIT = 5.0
+#: ``prctl`` option (Linux): orphaned descendants re-parent to the caller, not to init.
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def supported() -> bool:
@@ -86,6 +91,38 @@ def kill_group(leader: int, sig: int) -> bool:
     return True
 
 
+def become_subreaper() -> bool:
+    """Linux: make this process the one its orphaned descendants re-parent to (a
+    child subreaper), so none of them escapes it; False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children_of_this_process() -> list[int]:
+    """The children of this single-threaded process, zombies included (Linux ``/proc``)."""
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as listing:
+            return [int(child) for child in listing.read().split()]
+    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: read every process's parent
+        pass
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="ascii") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+    return found
+
+
 # -- the fork server and the children (run after fork; never return) ------------------------
 
 
@@ -106,10 +143,14 @@ class ForkServer:
         self.manager = manager
         self.child_setup = child_setup
         self.children: set[int] = set()
+        self.subreaper = False
 
     def serve(self) -> None:
         # Terminal signals go to the worker, which decides; children leave with their parent.
         os.setpgid(0, 0)
+        # What a dead child leaves running (a process in a session of its own is outside
+        # its group) re-parents here, to be killed: see _kill_adopted.
+        self.subreaper = become_subreaper()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         wake_read, wake_write = os.pipe()
@@ -148,6 +189,25 @@ class ForkServer:
         finally:
             for pid in self.children:
                 kill_group(pid, signal.SIGKILL)
+            self._outlive_children(wake_read)
+
+    def _outlive_children(self, wake_read: int) -> None:
+        """Stay until the children and what they left running are dead: each of
+        those is adopted here as its parent dies, and killed."""
+        if not self.subreaper:
+            return
+        poller = select.poll()
+        poller.register(wake_read, select.POLLIN)
+        deadline = time.monotonic() + EXIT_WAIT
+        while True:
+            self._reap()
+            left = deadline - time.monotonic()
+            if not _children_of_this_process() or left <= 0:
+                return
+            with contextlib.suppress(InterruptedError):
+                poller.poll(min(100, int(left * 1000) + 1))  # SIGCHLD wakes it
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_read, 512)
 
     def _fork_child(self, fd: int, token: Any, wake_read: int, wake_write: int) -> None:
         try:
@@ -195,19 +255,34 @@ class ForkServer:
                 os.close(descriptor)
 
     def _reap(self) -> None:
-        while self.children:
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 self.children.clear()
-                return
+                break
             if pid == 0:
-                return
+                break
+            if pid not in self.children:
+                continue  # one adopted, and killed, below
             self.children.discard(pid)
             try:
                 self.control.send(encode({"op": "exited", "pid": pid, "status": status}).encode())
             except OSError:
                 pass
+        self._kill_adopted()
+
+    def _kill_adopted(self) -> None:
+        """SIGKILL every process adopted here: it outlived the child that led to it.
+        Its own children are adopted in turn when it dies, and killed on the next
+        call (SIGCHLD wakes the server). An adopted pid cannot be reused before it
+        is reaped here, so the signal reaches no stranger."""
+        if not self.subreaper:
+            return
+        for pid in _children_of_this_process():
+            if pid not in self.children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 class _Terminated(BaseException):
@@ -227,6 +302,9 @@ def _child_main(
 ) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # What a job starts and leaves the group stays under this process while it lives
+    # (when it dies, the fork server adopts and kills it).
+    adopts = become_subreaper()
     setup_failed: dict[str, Any] | None = None
     if child_setup is not None:
         try:
@@ -297,6 +375,21 @@ def _child_main(
             raise
         if setup_failed is not None:
             return  # a child that could not set up is replaced
+        if adopts:
+            _reap_exited()
+
+
+def _reap_exited() -> None:
+    """Between attempts, reap the children that have exited: orphans adopted from
+    the job's processes (and any child the job did not wait for) would otherwise
+    stay zombies until this process exits."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _forward_dispatches(

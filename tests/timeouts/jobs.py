@@ -264,14 +264,74 @@ class Forks(Job):
 
     log: str = ""
     overrun: bool = True
+    #: The grandchild starts a session of its own, so it leaves the child's process group.
+    session: bool = False
 
     def handle(self, context: JobContext) -> None:
         import subprocess
 
-        grandchild = subprocess.Popen(["sleep", "120"])
+        grandchild = subprocess.Popen(["sleep", "300"], start_new_session=self.session)
         note(self.log, str(grandchild.pid))
         if self.overrun:
             time.sleep(60)
+
+
+@dataclass
+class ForksUnhurried(Forks):
+    """:class:`Forks` with time to spare: only the worker's stop ends it."""
+
+    NAME = "timeouts.forks-unhurried"
+    TIMEOUT = 60
+
+
+@dataclass
+class Daemonizes(Job):
+    """Starts a process that starts a session leader and exits at once, as a daemon
+    does; notes the orphan's pid, its parent once orphaned, and this process's pid."""
+
+    NAME = "timeouts.daemonizes"
+    TIMEOUT = 5
+
+    log: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        import subprocess
+
+        starts = "setsid sleep 300 >/dev/null 2>&1 & echo $!"
+        orphan = int(subprocess.run(["sh", "-c", starts], capture_output=True, check=True).stdout)
+        with open(f"/proc/{orphan}/stat", encoding="ascii") as stat:
+            parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        note(self.log, f"{orphan} {parent} {os.getpid()}")
+        time.sleep(60)
+
+
+@dataclass
+class LeavesAZombie(Job):
+    """First run: starts a process that leaves the group and exits once orphaned, so
+    it is left a zombie of this child; notes its pid. Second run: notes whether that
+    zombie is still there."""
+
+    NAME = "timeouts.leaves-a-zombie"
+    TIMEOUT = 10
+
+    log: str = ""
+    look: bool = False
+
+    def handle(self, context: JobContext) -> None:
+        import subprocess
+
+        if self.look:
+            [orphan] = notes(self.log)
+            note(self.log, str(os.path.exists(f"/proc/{orphan}")))
+            return
+        orphan = int(subprocess.run(["sh", "-c", "setsid true & echo $!"], capture_output=True, check=True).stdout)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until it has exited, unreaped
+            with open(f"/proc/{orphan}/stat", encoding="ascii") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        note(self.log, str(orphan))
 
 
 @dataclass
@@ -316,6 +376,9 @@ ALL: tuple[type[Job], ...] = (
     TimedLimited,
     TimedThrottled,
     Forks,
+    ForksUnhurried,
+    Daemonizes,
+    LeavesAZombie,
     Noop,
     Untimed,
     Sleeper,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -293,20 +294,86 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _killed(pid: int) -> None:
+    try:
+        wait_until(lambda: not _running(pid), timeout=10, message=f"process {pid} to be killed")
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a session's processes are reaped on Linux")
+
+
+@pytest.mark.parametrize(
+    "session", [False, pytest.param(True, marks=LINUX)], ids=["in the child's group", "in a session of its own"]
+)
 @pytest.mark.parametrize("when", ["its time runs out", "the worker exits"])
 def test_a_grandchild_the_job_started_is_killed_with_its_child(
-    manager: QueueManager, memory: MemoryQueue, log: str, when: str
+    manager: QueueManager, memory: MemoryQueue, log: str, when: str, session: bool
 ) -> None:
     overrun = when == "its time runs out"
-    manager.dispatch(jobs.Forks(log=log, overrun=overrun))
+    manager.dispatch(jobs.Forks(log=log, overrun=overrun, session=session))
     stats = run_once(manager, concurrency=1)
     assert (stats.processed, stats.failed) == ((0, 1) if overrun else (1, 0))
     [grandchild] = [int(pid) for pid in jobs.notes(log)]
+    _killed(grandchild)
+
+
+@pytest.mark.parametrize("session", [False, pytest.param(True, marks=LINUX)], ids=["in its group", "own session"])
+def test_a_grandchild_is_killed_when_the_worker_is_stopped_during_its_attempt(
+    manager: QueueManager, memory: MemoryQueue, log: str, session: bool
+) -> None:
+    manager.dispatch(jobs.ForksUnhurried(log=log, session=session))
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, grace=0.2))
+    worker.start()
     try:
-        wait_until(lambda: not _running(grandchild), timeout=10, message=f"grandchild {grandchild} to be killed")
+        wait_until(lambda: bool(jobs.notes(log)), timeout=10, message="the job to start its grandchild")
     finally:
-        if _running(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
+        worker.stop()
+        stats = worker.join(10)
+    assert stats.interrupted == 1
+    [grandchild] = [int(pid) for pid in jobs.notes(log)]
+    _killed(grandchild)
+
+
+@LINUX
+def test_a_daemon_the_job_started_stays_under_its_child_and_is_killed_with_it(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.Daemonizes(log=log))
+    stats = run_once(manager, concurrency=1)
+    assert stats.failed == 1
+    [line] = jobs.notes(log)
+    orphan, parent, child = (int(pid) for pid in line.split())
+    _killed(orphan)
+    assert parent == child, "orphaned while the job ran, it was adopted by the job's child process"
+
+
+@LINUX
+def test_what_a_retired_child_left_running_is_killed_while_the_worker_runs(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.dispatch(jobs.Forks(log=log, overrun=False, session=True))
+    worker = Worker(manager, options=WorkerOptions(concurrency=1, max_jobs_per_child=1))
+    worker.start()
+    try:
+        wait_until(lambda: worker.stats.processed == 1, timeout=10, message="the job")
+        [grandchild] = [int(pid) for pid in jobs.notes(log)]
+        _killed(grandchild)
+        assert worker._thread is not None and worker._thread.is_alive()
+    finally:
+        worker.stop()
+        worker.join(10)
+
+
+@LINUX
+def test_a_child_reaps_what_it_adopted_between_attempts(manager: QueueManager, memory: MemoryQueue, log: str) -> None:
+    manager.dispatch(jobs.LeavesAZombie(log=log))
+    manager.dispatch(jobs.LeavesAZombie(log=log, look=True))
+    stats = run_once(manager, concurrency=1)
+    assert stats.processed == 2
+    assert jobs.notes(log)[1] == "False", "the exited orphan was reaped before the next attempt"
 
 
 def test_middleware_runs_in_the_worker_around_an_attempt_in_a_child(
