@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from .errors import UnknownConnectionError as UnknownConnectionError
     from .errors import UnknownJobError as UnknownJobError
     from .errors import UnknownQueueError as UnknownQueueError
-    from .job import Job as Job
-    from .job import JobContext as JobContext
+    from .jobs import Job as Job
+    from .jobs import JobContext as JobContext
     from .manager import QueueManager as QueueManager
     from .manager import dispatch as dispatch
     from .manager import instance as instance
@@ -62,8 +62,9 @@ __version__ = "0.1.0"
 #: Each public name, and the module it lives in.
 _WHERE = {
     # Jobs
-    "Job": "job",
-    "JobContext": "job",
+    "Job": "jobs",
+    "JobContext": "jobs",
+    "job": "functions",
     "JobRegistry": "registry",
     "Container": "container",
     # Dispatching

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from . import _clock
 from .chain import fresh_copy, hand_over
 from .errors import ConfigurationError
-from .job import Job
+from .jobs import Job
 from .types import QueuedJob, decode, encode
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class PendingBatch:
 
     def on_queue(self, queue: str) -> PendingBatch:
         """Queue the batch's jobs on ``queue``."""
-        from .job import check_queue_name
+        from .jobs import check_queue_name
 
         self._record["queue"] = check_queue_name(queue)
         return self

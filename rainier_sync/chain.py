@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _clock
 from .errors import ConfigurationError
-from .job import Job
+from .jobs import Job
 from .once import DEFAULT_HOLD
 from .pending import PendingDispatch
 from .types import QueuedJob

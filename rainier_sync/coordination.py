@@ -15,7 +15,7 @@ from .batch import read as read_batch
 from .chain import PendingChain
 from .errors import ConfigurationError
 from .execution import result_key
-from .job import Job, check_queue_name
+from .jobs import Job, check_queue_name
 from .pending import PendingDispatch
 from .types import QueuedJob, Result, decode
 

@@ -21,7 +21,7 @@ from .batch import loader as batch_loader
 from .batch import settle as settle_in_batch
 from .chain import catch_job, hand_over, next_link
 from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
-from .job import Job, JobContext
+from .jobs import Job, JobContext
 from .once import OnceGuard
 from .outcome import (
     ABANDONED,

@@ -20,7 +20,7 @@ from .errors import (
     UniqueLockHeldError,
     UnknownConnectionError,
 )
-from .job import Job
+from .jobs import Job
 from .outbox.dispatch import check_outbox, send_through_outbox
 from .pending import PendingDispatch
 from .queued import new_id, queued_job

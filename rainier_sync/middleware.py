@@ -24,7 +24,7 @@ from ._checks import check_number
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .job import Job, JobContext
+    from .jobs import Job, JobContext
     from .locks.base import LockStore
 
 __all__ = ["Middleware", "RateLimited", "WithoutOverlapping", "ThrottlesExceptions", "Skip", "StoreBacked"]
@@ -218,7 +218,7 @@ def probe(job_class: type[Job]) -> list[Any] | None:
     store whose jobs need one, before the first job arrives."""
     import dataclasses
 
-    from .job import Job
+    from .jobs import Job
 
     if job_class.middleware is Job.middleware:
         return []

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from .job import Job, JobContext
+    from .jobs import Job, JobContext
     from .locks.base import LockStore
 
 __all__ = ["OnceGuard", "DEFAULT_HOLD"]

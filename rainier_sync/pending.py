@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from .job import Job, check_count, check_queue_name
+from .jobs import Job, check_count, check_queue_name
 from .types import MAX_COUNT, QueuedJob
 
 __all__ = ["PendingDispatch", "Dispatcher"]

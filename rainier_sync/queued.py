@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from .errors import JobDefinitionError
-from .job import Job, check_job_class
+from .jobs import Job, check_job_class
 from .types import QueuedJob
 
 if TYPE_CHECKING:

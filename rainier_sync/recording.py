@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .drivers.base import BaseQueue, Promises
-from .job import Job
+from .jobs import Job
 from .types import ExceptionInfo, FailedJob, QueuedJob
 
 __all__ = ["PushedJob", "Recording", "RecordingQueue"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator, TypeVar
 
 from .errors import JobDefinitionError, UnknownJobError
-from .job import Job, check_job_class
+from .jobs import Job, check_job_class
 
 __all__ = ["JobRegistry"]
 

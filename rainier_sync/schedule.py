@@ -29,7 +29,7 @@ from .errors import ConfigurationError
 from .once import OnceGuard
 
 if TYPE_CHECKING:
-    from .job import Job
+    from .jobs import Job
 
 __all__ = ["Schedule", "Entry", "TickGuard", "HOLD_MARGIN"]
 
@@ -138,7 +138,7 @@ class Schedule:
         return self
 
     def _entry(self, job: Job, name: str | None) -> Entry:
-        from .job import Job
+        from .jobs import Job
 
         if not isinstance(job, Job):
             raise ConfigurationError(f"a schedule entry needs a Job instance, got {job!r}")

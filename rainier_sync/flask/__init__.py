@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 from ..config import QueueResources
 from ..container import Container
 from ..errors import ConfigurationError, DriverUnavailableError
-from ..job import Job
+from ..jobs import Job
 from ..manager import QueueManager, add_instance_resolver
 from ..registry import JobRegistry
 from ..worker import Worker, WorkerOptions, WorkerStats

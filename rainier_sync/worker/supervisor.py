@@ -39,7 +39,7 @@ from .child import ForkServer, flush_stdio, kill_group
 from .children import _Child, _describe_status
 
 if TYPE_CHECKING:
-    from ..job import Job, JobContext
+    from ..jobs import Job, JobContext
     from ..manager import QueueManager
 
 __all__ = ["Supervisor"]

@@ -11,6 +11,7 @@ from typing import Callable, ClassVar, Iterator
 import pytest
 
 from rainier_sync import Job, JobContext, JobRegistry, QueuedJob, QueueManager, Worker, WorkerOptions
+from rainier_sync import job as job_function
 from rainier_sync.drivers.base import BaseQueue
 from rainier_sync.errors import CapabilityError
 from rainier_sync.locks import MemoryLockStore
@@ -604,3 +605,28 @@ def test_a_batch_counts_every_job_once_and_runs_its_callbacks_once(q: BaseQueue)
     assert done is not None
     assert (done.total, done.processed, done.failed, done.pending, done.finished) == (8, 7, 1, 0, True)
     assert sorted(Counted.heard) == ["callback 2", "callback 3"], "catch and finally once; then needs no failure"
+
+
+_function_calls: list[tuple[int, str]] = []
+
+
+@job_function("contract.fn.ship", tries=2)
+def ship(order_id: int, *, carrier: str = "post") -> dict[str, object]:
+    _function_calls.append((order_id, carrier))
+    return {"order": order_id}
+
+
+def test_a_function_job_runs_on_every_driver(q: BaseQueue) -> None:
+    _function_calls.clear()
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(ship), locks=MemoryLockStore())
+    manager.dispatch(ship(1))
+    manager.dispatch_many([ship(2, carrier="courier"), ship(3)])
+    worker = Worker(manager, options=WorkerOptions(concurrency=2, sleep=0.05))
+    worker.start()
+    try:
+        _wait_for(lambda: len(_function_calls) >= 3, seconds=60, what="the function jobs to run")
+    finally:
+        worker.stop(grace=5)
+        worker.join(15)
+    assert sorted(_function_calls) == [(1, "post"), (2, "courier"), (3, "post")]
+    assert worker.stats.failed == 0

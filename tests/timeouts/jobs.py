@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rainier_sync import Container, Job, JobContext, QueueManager
+from rainier_sync import job as job_function
 
 
 def note(path: str, text: str) -> None:
@@ -401,3 +402,11 @@ ALL: tuple[type[Job], ...] = (
 
 def broken_child_setup() -> None:
     raise RuntimeError("no database in this child")
+
+
+@job_function("timeouts.fn.note-pid", timeout=10, keep_result=60)
+def note_pid(log: str) -> int:
+    """A function job with a time limit: runs in a child, notes the child's pid."""
+    with open(log, "a") as handle:
+        handle.write(f"{os.getpid()}\n")
+    return os.getpid()

@@ -488,3 +488,17 @@ def test_children_and_the_fork_server_are_gone_after_the_worker_stops(
         return stat.rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped by init
 
     wait_until(lambda: all(gone(pid) for pid in [*children, server]), timeout=10, message="the children to exit")
+
+
+def test_a_function_job_with_a_time_limit_runs_in_a_child_and_keeps_its_result(
+    manager: QueueManager, memory: MemoryQueue, log: str
+) -> None:
+    manager.registry.register(jobs.note_pid)
+    job_id = manager.dispatch(jobs.note_pid(log))
+    assert job_id is not None
+    stats = run_once(manager)
+    assert (stats.processed, stats.failed) == (1, 0)
+    [pid] = [int(line) for line in jobs.notes(log)]
+    assert pid != os.getpid()
+    assert memory.failed == []
+    assert manager.result(job_id).value == pid, "what the function returned in its child"
