@@ -133,3 +133,18 @@ def test_a_manager_with_no_connection_has_no_store(registry: JobRegistry) -> Non
     assert manager.locks is None
     with pytest.raises(ConfigurationError, match="no default connection.*locks="):
         manager.workers()
+
+
+def test_a_redis_queues_store_shares_its_client_and_reconnect_settings(redis_url: str, redis_prefix: str) -> None:
+    from rainier_sync.drivers import RedisQueue
+    from rainier_sync.locks import RedisLockStore
+
+    queue = RedisQueue.from_url(redis_url, prefix=redis_prefix, reconnect=True, reconnect_attempts=5)
+    manager = QueueManager({"fast": queue})
+    store = manager.locks
+    assert isinstance(store, RedisLockStore)
+    assert store._client is queue.client and store._policy is queue._policy
+    assert queue.counts_batches_of(store), "on the queue's own server: batches counted with acknowledgements"
+    manager.pause("mail")
+    assert manager.paused() == {"mail"}
+    manager.close()  # the queue and the store it lends close once each, without an error
