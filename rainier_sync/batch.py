@@ -245,12 +245,7 @@ def _check_jobs(manager: Any, jobs: list[Any], what: str = "job") -> None:
 
 
 def _locks(manager: Any) -> LockStore:
-    if manager.locks is None:
-        raise ConfigurationError(
-            "a batch keeps its counts in a lock store every worker shares: "
-            "give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
-        )
-    locks: LockStore = manager.locks
+    locks: LockStore = manager._store("a batch (its counts)")
     return locks
 
 

@@ -81,11 +81,7 @@ class PendingChain:
     def dispatch(self) -> str:
         """Queue the first link; returns the chain's id."""
         manager = self._manager
-        if manager.locks is None:
-            raise ConfigurationError(
-                "a chain needs a lock store every worker shares, so that each link runs once: "
-                "give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
-            )
+        manager._store("a chain (each link run once)")
         chain_id = os.urandom(16).hex()
         built = [_built(manager, link) for link in self._links]
         catch = _built(manager, self._catch) if self._catch is not None else None

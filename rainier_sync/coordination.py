@@ -35,6 +35,8 @@ class Coordination:
     locks: LockStore | None
     registry: JobRegistry
     default: str | None
+    #: ``locks=None`` was given (else a missing store is one the default connection's backend cannot hold).
+    _said_no_store: bool = False
 
     def connection(self, name: str | None = None) -> Any:
         raise NotImplementedError
@@ -42,6 +44,26 @@ class Coordination:
     @property
     def connections(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _store(self, what: str) -> LockStore:
+        """The lock store, for ``what``; without one a ConfigurationError naming ``locks`` and what to write."""
+        if self.locks is None:
+            raise ConfigurationError(self._no_store(what))
+        return self.locks
+
+    def _no_store(self, what: str) -> str:
+        if self._said_no_store:
+            why = "the manager was given locks=None"
+        elif self.default is None:
+            why = "the manager has no default connection to keep one in"
+        else:
+            driver = self.connection(self.default)
+            why = f"its default connection {self.default!r} ({driver.kind}) has no backend that can hold one"
+        return (
+            f"{what} needs a lock store every worker shares, and {why}: give QueueManager "
+            "locks=RedisLockStore.from_url('redis://...') or locks=DatabaseLockStore.from_url('postgresql://...') "
+            "(QueueResources(locks=...) when booting from config)"
+        )
 
     # -- batches and chains -----------------------------------------------------------
     def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
@@ -78,7 +100,8 @@ class Coordination:
         self._pause_flag(queue, connection, False)
 
     def paused(self, connection: str | None = None) -> set[str]:
-        """The paused queues of ``connection`` (the default)."""
+        """The paused queues of ``connection`` (the default); empty without a
+        lock store, where no queue can be paused."""
         if self.locks is None:
             return set()
         return self.locks.flags(self._pause_group(connection))
@@ -90,34 +113,26 @@ class Coordination:
     def _pause_flag(self, queue: str, connection: str | None, on: bool) -> None:
         check_queue_name(queue)
         group = self._pause_group(connection)
-        if self.locks is None:
-            raise ConfigurationError(
-                "pausing a queue needs a lock store every worker shares: give the QueueManager locks= "
-                "(a RedisLockStore or DatabaseLockStore)"
-            )
-        self.locks.set_flag(group, queue, on)
+        self._store("pausing a queue").set_flag(group, queue, on)
 
     # -- the fleet ----------------------------------------------------------------------
     def workers(self, connection: str | None = None) -> list[WorkerInfo]:
         """The workers of ``connection`` (every connection when None), in any
         process, as they last recorded themselves in the lock store: a record
-        lapses about 30 s after its worker stopped refreshing it. Empty without
-        a lock store."""
+        lapses about 30 s after its worker stopped refreshing it. Without a lock
+        store, a ConfigurationError naming ``locks``."""
         from .fleet import list_workers
 
-        if self.locks is None:
-            return []
-        return list_workers(self.locks, self._fleet_connections(connection))
+        return list_workers(self._store("listing the workers"), self._fleet_connections(connection))
 
     def throughput(self, connection: str | None = None, minutes: int = 60) -> list[MinuteCounts]:
         """What the workers of ``connection`` (every connection when None), in
         any process, finished in each of the last ``minutes`` minutes, oldest
-        first (kept two hours). Empty without a lock store."""
+        first (kept two hours). Without a lock store, a ConfigurationError naming ``locks``."""
         from .fleet import read_throughput
 
-        if self.locks is None:
-            return []
-        return read_throughput(self.locks, self._fleet_connections(connection), minutes)
+        locks = self._store("reading the workers' throughput")
+        return read_throughput(locks, self._fleet_connections(connection), minutes)
 
     def _fleet_connections(self, connection: str | None) -> list[str]:
         if connection is None:
@@ -133,8 +148,7 @@ class Coordination:
             if cls is not None and cls.KEEP_RESULT is not None:
                 if self.locks is None:
                     raise ConfigurationError(
-                        f"job {queued.name!r} keeps its result (KEEP_RESULT), and the manager has no lock store to "
-                        "keep it in: give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
+                        self._no_store(f"job {queued.name!r} keeps its result (KEEP_RESULT), which")
                     )
                 return True
         return False
@@ -160,17 +174,16 @@ class Coordination:
         ``Result(status, value, error)``, status ``pending``, ``processed``,
         ``failed`` or ``unknown``. With ``wait``, waits up to that many seconds
         while it is pending (woken when it finishes where the store can)."""
-        if self.locks is None:
-            raise ConfigurationError("results are kept in the lock store, and the manager has none: give it locks=")
+        locks = self._store("reading a result")
         key = result_key(job_id)
 
         def finished(text: str | None) -> bool:
             return text is None or decode(text).get("status") != "pending"
 
         if wait is not None and wait > 0:
-            text = self.locks.wait_value(key, float(wait), finished)
+            text = locks.wait_value(key, float(wait), finished)
         else:
-            text = self.locks.get_value(key)
+            text = locks.get_value(key)
         if text is None:
             return Result("unknown")
         record = decode(text)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import os
 import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 from . import _clock, signals
 from .batch import PendingBatch, RecordedBatch
@@ -36,9 +37,29 @@ if TYPE_CHECKING:
     from .outbox.store import Outbox
     from .schedule import Schedule
 
-__all__ = ["QueueManager", "FakeQueueManager", "PendingDispatch", "instance", "set_instance", "dispatch"]
+__all__ = [
+    "QueueManager",
+    "FakeQueueManager",
+    "PendingDispatch",
+    "OWN_STORE",
+    "instance",
+    "set_instance",
+    "dispatch",
+]
 
 log = logging.getLogger("rainier_sync")
+
+
+class _Own(enum.Enum):
+    STORE = "own"
+
+    def __repr__(self) -> str:
+        return "OWN_STORE"
+
+
+#: ``locks=`` left out: the store in the default connection's own backend
+#: (:func:`rainier_sync.locks.store_of`), or none where it cannot hold one.
+OWN_STORE: Literal[_Own.STORE] = _Own.STORE
 
 #: Jobs per slice when a driver stores a batch as it is built.
 _SLICE = 200
@@ -49,7 +70,13 @@ class QueueManager(Coordination, OnlyAFakeRecords):
 
     ``connections`` maps names to drivers; ``default`` names the one used when
     a dispatch names none. A connection nobody declared is an error, never the
-    default. ``locks`` is the lock store unique jobs use. ``outbox`` is where a
+    default. ``locks`` is the lock store every process shares for unique jobs,
+    paused queues, batches, chains, results, the schedule and the workers'
+    records; left out, it is the one in the default connection's own backend
+    (memory, database, Redis; Kafka's lease store: see
+    :func:`rainier_sync.locks.store_of`), and on SQS and sync there is none, so
+    what needs one raises naming ``locks``. ``locks=None`` says "no store" on any
+    driver. ``outbox`` is where a
     dispatch ``.within(conn)`` to a connection that cannot write in the caller's
     transaction (Redis, SQS, Kafka) puts its job (see :mod:`rainier_sync.outbox`).
     """
@@ -60,13 +87,14 @@ class QueueManager(Coordination, OnlyAFakeRecords):
         default: str | None = None,
         registry: JobRegistry | None = None,
         container: Container | None = None,
-        locks: LockStore | None = None,
+        locks: LockStore | None | Literal[_Own.STORE] = OWN_STORE,
         schedule: Schedule | None = None,
         outbox: Outbox | None = None,
     ) -> None:
         self.registry = registry if registry is not None else JobRegistry()
         self.container = container if container is not None else Container()
-        self.locks = locks
+        self._said_no_store = locks is None
+        self.locks: LockStore | None = None if locks is OWN_STORE else locks
         #: The periodic jobs a scheduling worker or ``schedule:run`` dispatches.
         self.schedule = schedule
         if schedule is not None:
@@ -82,6 +110,10 @@ class QueueManager(Coordination, OnlyAFakeRecords):
             declared = ", ".join(sorted(self._connections)) or "none"
             raise UnknownConnectionError(f"default connection {default!r} is not declared (declared: {declared})")
         self.default: str | None = default
+        if locks is OWN_STORE and default is not None:
+            from .locks import store_of
+
+            self.locks = store_of(self._connections[default])
         #: Where dispatches go instead of the drivers (see :meth:`route_sends`).
         self._router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None = None
         #: The outbox dispatches within a caller's transaction go to, for drivers that cannot write in it.
@@ -134,7 +166,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
                 default=booted.default,
                 registry=booted.registry,
                 container=booted.container,
-                locks=booted.locks,
+                locks=booted.locks if booted.locks is not None else OWN_STORE,
                 outbox=booted.outbox,
             )
         except BaseException:
@@ -411,7 +443,7 @@ class FakeQueueManager(QueueManager):
     records_only = True
 
     def __init__(self, registry: JobRegistry | None = None) -> None:
-        super().__init__(connections={"default": RecordingQueue()}, default="default", registry=registry)
+        super().__init__(connections={"default": RecordingQueue()}, default="default", registry=registry, locks=None)
         self.recording = Recording()
         self._jobs_by_id: dict[str, Job] = {}
 

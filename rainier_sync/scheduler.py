@@ -31,13 +31,8 @@ class Scheduler:
         schedule = manager.schedule
         if schedule is None or not len(schedule):
             raise ConfigurationError("this manager has no schedule: give QueueManager schedule=Schedule()...")
-        if manager.locks is None:
-            raise ConfigurationError(
-                "a schedule needs a lock store every scheduler shares, to dispatch each tick once: "
-                "give QueueManager locks= (a RedisLockStore or DatabaseLockStore)"
-            )
         self.manager = manager
-        self.locks: LockStore = manager.locks
+        self.locks: LockStore = manager._store("a schedule (each tick dispatched once)")
         self.connection = connection
         self.entries = list(schedule)
         #: Per entry: the next time it has a tick this scheduler has not handled.

@@ -274,7 +274,8 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
         entry: dict[str, Any] = {"connection": name, "driver": driver.kind, "queues": {}, "failed": 0, "workers": []}
         inline[name] = not driver.promises.deferred
         if driver.promises.deferred:
-            entry["workers"] = [worker.to_dict() for worker in manager.workers(name)]
+            if manager.locks is not None:  # else no worker records itself anywhere (said below)
+                entry["workers"] = [worker.to_dict() for worker in manager.workers(name)]
             paused = manager.paused(name)
             for queue in dict.fromkeys([*wanted, *sorted(driver.queue_names()), *sorted(paused)]):
                 counts = driver.counts(queue)
@@ -312,6 +313,8 @@ def cmd_status(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> in
         print_outbox(out, frontend, outbox)
     if manager.locks is not None:
         _print_workers(out, [worker for entry in report for worker in entry["workers"]])
+    elif not all(inline.values()):
+        out.write("\nWorkers: not recorded, the manager has no lock store (give QueueManager locks=).\n")
     return EXIT_OK
 
 

@@ -31,8 +31,10 @@ class QueueResources:
     - ``database``: the application's database URL, for ``database``
       connections and for the outbox of connections declared with ``outbox =
       true`` (else ``DATABASE_URL``).
-    - ``locks``: a shared lock store, required by ``kafka`` and used by unique
-      jobs on every connection.
+    - ``locks``: a shared lock store, required by ``kafka``, and the manager's
+      lock store (unique jobs, paused queues, batches, the workers' records...);
+      None: the one in the default connection's own backend, as
+      :class:`~rainier_sync.QueueManager` has without ``locks=``.
     """
 
     registry: JobRegistry | None = None

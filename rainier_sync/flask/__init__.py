@@ -24,7 +24,7 @@ from ..config import QueueResources
 from ..container import Container
 from ..errors import ConfigurationError, DriverUnavailableError
 from ..jobs import Job
-from ..manager import QueueManager, add_instance_resolver
+from ..manager import OWN_STORE, QueueManager, add_instance_resolver
 from ..registry import JobRegistry
 from ..worker import Worker, WorkerOptions, WorkerStats
 
@@ -302,7 +302,7 @@ class RainierSync:
         return QueueManager(
             registry=registry if registry is not None else (resources.registry if resources else None),
             container=container if container is not None else (resources.container if resources else None),
-            locks=resources.locks if resources else None,
+            locks=resources.locks if resources and resources.locks is not None else OWN_STORE,
         )
 
     # -- the current app's queue -------------------------------------------------------

@@ -87,6 +87,7 @@ def test_each_problem_is_one_line_and_the_exit_is_2(capsys: pytest.CaptureFixtur
         connections={"main": MemoryQueue(reservation=60), "db": MissingTables(reservation=600)},
         default="main",
         registry=registry,
+        locks=None,
     )
     assert main(["check", APP]) == EXIT_USAGE
     found = lines(capsys)
@@ -110,7 +111,9 @@ def test_an_empty_registry_is_a_problem(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_a_schedule_needs_a_lock_store_and_registered_jobs(capsys: pytest.CaptureFixture[str]) -> None:
     schedule = Schedule().every(60, app.Touch(n=1), name="minutely")
-    manager = app.current = QueueManager(connections={"main": MemoryQueue()}, registry=app.registry, schedule=schedule)
+    manager = app.current = QueueManager(
+        connections={"main": MemoryQueue()}, registry=app.registry, schedule=schedule, locks=None
+    )
     schedule.every(60, LongJob(), name="added-later")  # after the manager checked its entries
     assert main(["check", APP]) == EXIT_USAGE
     problems = [line for line in lines(capsys) if line.startswith("problem: ")]

@@ -64,9 +64,11 @@ def test_status_lists_every_queue_with_its_counts(memory: MemoryQueue, capsys: p
         assert main(["queue:status", APP, "--queue=high"]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["CONNECTION", "DRIVER", "QUEUE", "READY", "DELAYED", "RESERVED", "TOTAL", "FAILED"]
-    rows = {line.split()[2]: line.split() for line in lines[1:]}
+    table = lines[: lines.index("")]  # the workers follow, recorded in the memory queue's own store
+    rows = {line.split()[2]: line.split() for line in table[1:]}
     assert rows["high"] == ["main", "memory", "high", "0", "0", "0", "0", "1"]
     assert rows["default"] == ["main", "memory", "default", "1", "1", "1", "3"]
+    assert lines[len(table) + 1 :] == ["Workers: none recorded in the lock store."]
 
 
 def test_status_as_json(memory: MemoryQueue, capsys: pytest.CaptureFixture[str]) -> None:
@@ -527,11 +529,25 @@ def test_pause_and_continue_a_queue(capsys: pytest.CaptureFixture[str]) -> None:
     assert manager.paused("main") == set()
 
 
-def test_pausing_without_a_lock_store_is_one_line_naming_locks(
-    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_pausing_without_a_lock_store_is_one_line_naming_locks(capsys: pytest.CaptureFixture[str]) -> None:
+    app.current = QueueManager(connections={"main": MemoryQueue()}, registry=app.registry, locks=None)
     assert main(["queue:pause", "mail", APP]) == EXIT_USAGE
     assert "pausing a queue needs a lock store" in capsys.readouterr().err
+    assert main(["queue:status", APP]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Workers: not recorded, the manager has no lock store (give QueueManager locks=)."
+    )
+
+
+def test_pausing_an_app_given_no_locks_keeps_the_flag_in_its_queues_backend(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["queue:pause", "mail", APP]) == EXIT_OK
+    assert app.current is not None and app.current.paused() == {"mail"}
+    assert main(["queue:status", APP, "--queue=mail"]) == EXIT_OK
+    assert "mail (paused)" in capsys.readouterr().out
+    assert main(["queue:continue", "mail", APP]) == EXIT_OK
+    assert app.current.paused() == set()
 
 
 def test_schedule_run_dispatches_each_due_tick_once_and_schedule_list_shows_it(

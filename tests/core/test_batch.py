@@ -295,7 +295,9 @@ def test_an_unregistered_job_and_a_missing_lock_store_are_refused() -> None:
         manager.batch([Row(1), Stray()])
     with pytest.raises(ConfigurationError, match="then: job 'batch.stray' is not registered"):
         manager.batch([Row(1)]).then(Stray())
-    unlocked = QueueManager({"m": MemoryQueue()}, registry=JobRegistry().with_job(Row), container=Container())
+    unlocked = QueueManager(
+        {"m": MemoryQueue()}, registry=JobRegistry().with_job(Row), container=Container(), locks=None
+    )
     with pytest.raises(ConfigurationError, match="locks="):
         unlocked.batch([Row(1)]).dispatch()
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from freezegun import freeze_time
 
-from rainier_sync import Container, JobRegistry, QueueManager, Worker, WorkerOptions, fleet, signals
+from rainier_sync import ConfigurationError, Container, JobRegistry, QueueManager, Worker, WorkerOptions, fleet, signals
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.fleet import RECORD_TTL, MinuteCounts, WorkerInfo
 from rainier_sync.locks import MemoryLockStore
@@ -214,10 +214,19 @@ def test_counts_the_store_refused_are_written_later(registry: JobRegistry) -> No
 
 
 def test_without_a_lock_store_there_is_no_fleet(registry: JobRegistry) -> None:
-    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container())
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container(), locks=None)
     worker = Worker(manager, options=WorkerOptions(once=True))
     assert worker.fleet is None
-    assert manager.workers() == [] and manager.throughput() == []
+    with pytest.raises(ConfigurationError, match="listing the workers needs a lock store.*locks="):
+        manager.workers()
+    with pytest.raises(ConfigurationError, match="throughput needs a lock store.*locks="):
+        manager.throughput()
+
+
+def test_a_manager_given_no_locks_records_its_workers_in_its_memory_queue(registry: JobRegistry) -> None:
+    manager = QueueManager({"main": MemoryQueue()}, "main", registry, Container())
+    worker = Worker(manager, options=WorkerOptions(once=True))
+    assert worker.fleet is not None and worker.fleet.locks is manager.locks
 
 
 def test_an_undeclared_connection_is_an_error(manager: QueueManager) -> None:

@@ -144,7 +144,7 @@ def test_a_bad_keep_result_is_refused_at_registration_naming_it(keep: Any) -> No
 def test_keeping_results_needs_a_lock_store() -> None:
     registry = JobRegistry().with_job(Sum)
     memory = MemoryQueue()
-    manager = QueueManager({"m": memory}, registry=registry, container=Container())
+    manager = QueueManager({"m": memory}, registry=registry, container=Container(), locks=None)
     with pytest.raises(ConfigurationError, match="KEEP_RESULT"):
         manager.dispatch(Sum(1, 2))
     assert memory.size() == 0, "refused before anything is stored"

@@ -187,7 +187,7 @@ def test_a_scheduling_worker_needs_a_schedule_and_a_lock_store() -> None:
     with pytest.raises(ConfigurationError, match="no schedule"):
         Worker(plain, options=WorkerOptions(schedule=True))
     unlocked = QueueManager(
-        {"m": memory}, registry=registry, container=Container(), schedule=Schedule().every(1, Tick())
+        {"m": memory}, registry=registry, container=Container(), schedule=Schedule().every(1, Tick()), locks=None
     )
     with pytest.raises(ConfigurationError, match="locks="):
         Worker(unlocked, options=WorkerOptions(schedule=True))

@@ -70,7 +70,7 @@ def test_without_a_lock_store_it_dispatches_with_a_warning_every_time(
     registry: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     memory = MemoryQueue()
-    manager = QueueManager({"m": memory}, registry=registry, container=Container())
+    manager = QueueManager({"m": memory}, registry=registry, container=Container(), locks=None)
     with caplog.at_level(logging.WARNING, logger="rainier_sync"):
         assert manager.dispatch(jobs.Unique("a")) is not None
         assert manager.dispatch(jobs.Unique("a")) is not None

@@ -11,7 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from markupsafe import escape
 
-from rainier_sync import QueueManager, WorkerOptions
+from rainier_sync import QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers import MemoryQueue
 from rainier_sync.flask import FlaskWorker
 from rainier_sync.flask.dashboard import CSRF_SESSION_KEY, ERROR_PREVIEW
@@ -705,8 +705,8 @@ def test_a_batch_that_expired_is_not_listed() -> None:
         assert client.get(f"/queues/batches/{brief.id}").status_code == 404
 
 
-def test_without_a_lock_store_the_batches_page_says_batches_need_one(allowed: tuple[Flask, QueueManager]) -> None:
-    app, _ = allowed
+def test_without_a_lock_store_the_batches_page_says_batches_need_one() -> None:
+    app, _ = make_app(authorize=lambda: True, manager=unstored_manager())
     client = app.test_client()
     for path in ("/queues/batches", "/queues/batches/any"):
         response = client.get(path)
@@ -795,12 +795,32 @@ def test_the_index_links_to_the_workers_page(allowed: tuple[Flask, QueueManager]
     assert 'href="/queues/workers"' in page
 
 
-def test_the_workers_page_without_a_lock_store_says_what_it_needs(allowed: tuple[Flask, QueueManager]) -> None:
-    app, _ = allowed
+def unstored_manager() -> QueueManager:
+    from rainier_sync import Container
+
+    from .apps import registry
+
+    return QueueManager(
+        connections={"primary": MemoryQueue(reservation=30)}, registry=registry(), container=Container(), locks=None
+    )
+
+
+def test_the_workers_page_without_a_lock_store_says_what_it_needs() -> None:
+    app, _ = make_app(authorize=lambda: True, manager=unstored_manager())
     response = app.test_client().get("/queues/workers")
     assert response.status_code == 200
     page = response.get_data(as_text=True)
     assert 'id="untracked"' in page and "locks=" in page and "<svg" not in page
+
+
+def test_the_workers_page_of_a_manager_given_no_locks_shows_its_workers(allowed: tuple[Flask, QueueManager]) -> None:
+    app, manager = allowed
+    assert manager.locks is not None, "the memory queue's own store"
+    worker = Worker(manager, options=WorkerOptions(once=True))
+    assert worker.fleet is not None
+    worker.fleet.refresh()
+    page = app.test_client().get("/queues/workers").get_data(as_text=True)
+    assert 'id="untracked"' not in page and worker.fleet.id in page
 
 
 def test_the_workers_page_reports_an_unreachable_lock_store() -> None:

@@ -151,7 +151,7 @@ class Kept(Job):
 def test_a_job_keeping_its_result_without_a_lock_store_is_refused_before_it_is_written(
     sqlite_outbox_url: str, redis_target: BaseQueue
 ) -> None:
-    manager = manager_over(redis_target, sqlite_outbox_url)
+    manager = manager_over(redis_target, sqlite_outbox_url, locks=None)
     manager.registry.register(Kept)
     with closing(sqlite_conn(sqlite_outbox_url)) as conn, pytest.raises(ConfigurationError, match="KEEP_RESULT"):
         manager.pending(Kept(1)).within(conn).send()
