@@ -80,7 +80,8 @@ def test_dashboard_shows_counts_and_retry_takes_the_job_off_the_failed_list(
     assert "<script>alert(1)</script>" in escaped.text, "the payload is shown as text"
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018 - the payload's script must not have run
-    assert "locks=" in browser.find_element(By.ID, "untracked-throughput").text, "no lock store: no fleet to chart"
+    assert browser.find_elements(By.CSS_SELECTOR, "svg#throughput"), "the fleet's chart, from the queue's own store"
+    assert not browser.find_elements(By.ID, "untracked-throughput")
     accessible(browser)
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

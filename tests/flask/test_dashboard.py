@@ -130,8 +130,13 @@ def test_the_index_charts_a_worker_of_another_manager_that_shares_the_lock_store
     assert "Throughput of the whole fleet, last 60 minutes" in page
 
 
-def test_without_a_lock_store_the_index_says_what_its_chart_needs(allowed: tuple[Flask, QueueManager]) -> None:
-    app, manager = allowed
+def test_without_a_lock_store_the_index_says_what_its_chart_needs() -> None:
+    from .apps import registry
+
+    app, manager = make_app(
+        authorize=lambda: True,
+        manager=QueueManager(connections={"primary": MemoryQueue(reservation=30)}, registry=registry(), locks=None),
+    )
     manager.dispatch(RecordApp("here"))
     FlaskWorker(app, options=WorkerOptions(once=True)).run()
     page = app.test_client().get("/queues/").get_data(as_text=True)

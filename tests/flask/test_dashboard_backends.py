@@ -221,7 +221,10 @@ def shared_backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> It
 
             url = postgres_schema_url(request)
             queue = DatabaseQueue.from_url(url, reservation=30)
-            queue._backend.execute("TRUNCATE rainier_jobs, rainier_failed_jobs, rainier_locks")
+            queue._backend.execute(
+                "TRUNCATE rainier_jobs, rainier_failed_jobs, rainier_locks, rainier_tallies, rainier_tally_members, "
+                "rainier_flags, rainier_values"
+            )
         locks = DatabaseLockStore.from_url(url)
         yield queue, locks, ["database", url, ""]
     locks.close()
