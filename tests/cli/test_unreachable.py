@@ -97,3 +97,17 @@ def test_a_redis_database_index_that_does_not_exist_exits_2_naming_it(command: l
     assert "failed:" not in done.stderr, "nothing was retried as an outage"
     assert done.stderr.startswith("rainier-sync: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert f"database index {index}" in done.stderr and "DB index is out of range" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["queue:status"], ["queue:work", "--once", "--give-up=120", "--app=tests.cli.app:from_env"]],
+    ids=lambda command: command[0],
+)
+def test_credentials_redis_refuses_exit_2_at_once_naming_them(command: list[str], redis_url: str) -> None:
+    """A user Redis does not know (WRONGPASS) is a mistake in the configuration, not an outage."""
+    url = redis_url.replace("redis://", "redis://nobody-here:wrong@", 1)
+    done = run(*command, env={"QUEUE_DRIVER": "redis", "REDIS_URL": url}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "failed:" not in done.stderr, "nothing was retried as an outage"
+    assert "refused the URL's credentials" in done.stderr, done.stderr

@@ -99,6 +99,10 @@ def _retrying(
             topology.check()
         try:
             return attempt()
+        except redis.AuthenticationError as exc:  # a ConnectionError too: caught first, it is never retried
+            raise ConfigurationError(
+                f"{named()}: {what}: Redis refused the URL's credentials ({exc}); check its user and password"
+            ) from exc
         except _REDIRECTED as exc:
             if broken is not None:
                 broken()
