@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from ... import _clock
 from ...errors import PayloadError
-from ...types import ExceptionInfo, QueuedJob, encode
+from ...types import ExceptionInfo, QueuedJob
 from ..base import as_job_list
 from ._core import DatabaseCore, column_text, log
 from ._schema import CHANNEL, JOBS
@@ -258,19 +258,8 @@ class Claims(DatabaseCore):
             cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE seq = %s AND token = %s"), (int(seq), token))
             if cursor.rowcount == 0:
                 return  # no longer ours: whoever holds it now decides
-            cursor.execute(
-                self._sql(self._sql.upsert_failed()),
-                (
-                    job_id,
-                    queue,
-                    name,
-                    raw,
-                    self._sql.error_column(info.error),
-                    encode(info.to_dict()),
-                    count,
-                    _clock.now(),
-                ),
-            )
+            values = self.failed_row(job_id, queue, name, raw, info, count, _clock.now())
+            cursor.execute(self._sql(self._sql.upsert_failed()), values)
             moved.append(True)
 
         self._worker.transaction(move)
