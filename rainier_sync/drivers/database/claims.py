@@ -111,10 +111,14 @@ class Claims(DatabaseCore):
         # update still decides, so a second process can never claim the same row.
         # A due time SQLite holds as text (not a number) would sort after every
         # number, never due: it is claimed, so that reading it moves it aside.
+        # An attempt count SQLite holds as text, a real or a blob is left as it is
+        # (text sorts above every number: min() would make it 1,000,001), so that
+        # reading it reports what it holds.
         token = uuid.uuid4().hex
         sql = (
             f"UPDATE {JOBS} SET reserved_at = ?, reserved_until = ?, token = ?, "
-            f"attempts = min(attempts, {_MOST_ATTEMPTS}) + 1 "
+            f"attempts = CASE typeof(attempts) WHEN 'integer' THEN min(attempts, {_MOST_ATTEMPTS}) + 1 "
+            "ELSE attempts END "
             f"WHERE seq IN (SELECT seq FROM {JOBS} WHERE queue = ? AND reserved_at IS NULL "
             "AND (available_at <= ? OR typeof(available_at) NOT IN ('real', 'integer')) "
             "ORDER BY priority, available_at, seq LIMIT ?) AND reserved_at IS NULL "
