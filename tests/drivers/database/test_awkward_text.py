@@ -175,3 +175,37 @@ def test_a_column_holding_a_nul_is_refused_at_dispatch_by_name_on_postgresql(
             queue.push(job)
     assert queue.size() == 0
     queue.close()
+
+
+@dataclass
+class FarAway(Job):
+    """A chain's catch on a queue longer than MariaDB's 191 characters: refused when handed over."""
+
+    NAME = "dbtest.far-away"
+    QUEUE = "q" * 300
+
+    def handle(self, context: JobContext) -> None:
+        pass
+
+
+def test_a_failure_whose_record_the_database_refuses_costs_the_rest_of_its_round_nothing(
+    my_url: str, operation_failures: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    Carries.ran.clear()
+    queue = DatabaseQueue.from_url(my_url)
+    registry = JobRegistry().with_job(Carries).with_job(FarAway)
+    manager = QueueManager({"db": queue}, registry=registry, container=Container(), locks=queue.lock_store())
+    manager.dispatch_many([Carries(n) for n in range(10)])
+    manager.chain([Carries(99, fail=True), Carries(100)]).catch(FarAway()).dispatch()
+    with caplog.at_level(logging.WARNING, logger="rainier_sync"):
+        stats = Worker(manager, options=WorkerOptions(once=True, concurrency=11, sleep=0.05)).run()
+    assert sorted(n for n, _ in Carries.ran) == list(range(10)), "each of the ten ran exactly once"
+    assert stats.processed == 10
+    # The refused one alone is reported, and stays reserved: nothing of it is lost.
+    [refused] = operation_failures
+    assert refused.startswith("settle: rainier_sync.errors.PayloadError: ") and "queue" in refused, refused
+    assert any("could not be settled (failed); it stays reserved" in r.getMessage() for r in caplog.records)
+    counts = queue.counts("default")
+    assert (counts.ready, counts.reserved) == (0, 1)
+    assert queue.failed_count() == 0
+    queue.close()
