@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -625,9 +626,9 @@ class Raises(Job):
         Raises.ran.append(self.n)
 
 
-@pytest.fixture
+@contextlib.contextmanager
 def operation_failures() -> Iterator[list[str]]:
-    """Every backend operation a worker reports failed while the test runs."""
+    """Every backend operation a worker reports failed meanwhile."""
     from rainier_sync import signals
 
     heard: list[str] = []
@@ -636,8 +637,10 @@ def operation_failures() -> Iterator[list[str]]:
         heard.append(f"{kwargs['operation']}: {kwargs['error']}")
 
     signals.queue_operation_failed.connect(record)
-    yield heard
-    signals.queue_operation_failed.disconnect(record)
+    try:
+        yield heard
+    finally:
+        signals.queue_operation_failed.disconnect(record)
 
 
 #: Texts an error may hold that some backend cannot store as they are, and how each is escaped.
@@ -646,7 +649,7 @@ AWKWARD = {"nul": ("a\\x00b", "a\x00b", "a\\u0000b"), "lone-surrogate": ("a\\udc
 
 @pytest.mark.parametrize("awkward", sorted(AWKWARD))
 def test_an_error_a_backend_cannot_store_as_it_is_fails_its_job_and_the_rest_of_its_round_settles(
-    q: BaseQueue, operation_failures: list[str], awkward: str
+    q: BaseQueue, awkward: str
 ) -> None:
     spelt, text, escaped = AWKWARD[awkward]
     Raises.ran.clear()
@@ -654,8 +657,9 @@ def test_an_error_a_backend_cannot_store_as_it_is_fails_its_job_and_the_rest_of_
     manager.dispatch_many([Raises(n) for n in range(10)])
     bad = manager.dispatch(Raises(99, text=spelt))
     # Every job claimed in one round: the ten acknowledgements and the failure settle together.
-    stats = Worker(manager, options=WorkerOptions(once=True, concurrency=11, sleep=0.05)).run()
-    assert operation_failures == [], "no settle failed: a --once run gives up on a backend that keeps failing"
+    with operation_failures() as failures:
+        stats = Worker(manager, options=WorkerOptions(once=True, concurrency=11, sleep=0.05)).run()
+    assert failures == [], "no settle failed: a --once run gives up on a backend that keeps failing"
     assert sorted(Raises.ran) == list(range(10)), "each succeeding job ran exactly once"
     assert (stats.processed, stats.failed) == (10, 1)
     assert q.size("default") == 0, "every job of the round is settled"
@@ -665,9 +669,7 @@ def test_an_error_a_backend_cannot_store_as_it_is_fails_its_job_and_the_rest_of_
     assert f"broke on {text}" in failed.error or f"broke on {escaped}" in failed.error, failed.error
 
 
-def test_a_job_whose_name_holds_a_nul_fails_once_when_its_reservation_lapsed(
-    h: Harness, q: BaseQueue, operation_failures: list[str]
-) -> None:
+def test_a_job_whose_name_holds_a_nul_fails_once_when_its_reservation_lapsed(h: Harness, q: BaseQueue) -> None:
     needs(h, "reclaim a lapsed reservation")
     from dataclasses import replace
 
@@ -685,8 +687,9 @@ def test_a_job_whose_name_holds_a_nul_fails_once_when_its_reservation_lapsed(
     h.advance(h.reservation + 1)
     q.reclaim_expired()
     manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Raises))
-    stats = Worker(manager, options=WorkerOptions(once=True, concurrency=1, sleep=0.05)).run()
-    assert operation_failures == []
+    with operation_failures() as failures:
+        stats = Worker(manager, options=WorkerOptions(once=True, concurrency=1, sleep=0.05)).run()
+    assert failures == []
     assert stats.failed == 1
     assert q.size("default") == 0
     [failed] = q.failed_jobs(10)
