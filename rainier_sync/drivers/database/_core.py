@@ -117,7 +117,7 @@ class DatabaseCore(BaseQueue):
             return self._sql.by_ids([job.id for job in jobs])
         return self._sql.held([seq for seq, _ in claimed], sorted({token for _, token in claimed}))
 
-    def failed_row(
+    def _failed_row(
         self, job_id: str, queue: str, name: str, body: str, info: ExceptionInfo, attempts: int, when: float
     ) -> tuple[Any, ...]:
         """The values of the failed store's upsert, every text as the columns hold it.

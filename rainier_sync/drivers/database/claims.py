@@ -262,7 +262,7 @@ class Claims(DatabaseCore):
             cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE seq = %s AND token = %s"), (int(seq), token))
             if cursor.rowcount == 0:
                 return  # no longer ours: whoever holds it now decides
-            values = self.failed_row(job_id, queue, name, raw, info, count, _clock.now())
+            values = self._failed_row(job_id, queue, name, raw, info, count, _clock.now())
             cursor.execute(self._sql(self._sql.upsert_failed()), values)
             moved.append(True)
 

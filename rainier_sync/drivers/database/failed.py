@@ -64,7 +64,7 @@ class FailedTable(DatabaseCore):
         stored = replace(job, connection=self.connection, receipt=None)
         cursor.execute(
             self._sql(self._sql.upsert_failed()),
-            self.failed_row(job.id, job.queue, job.name, stored.encode(), info, job.attempts, when),
+            self._failed_row(job.id, job.queue, job.name, stored.encode(), info, job.attempts, when),
         )
         return True
 
