@@ -160,17 +160,20 @@ def test_a_payload_holding_a_nul_round_trips(db_url: str, path: str) -> None:
 
 
 @pytest.mark.parametrize("column", ["name", "id"])
-@pytest.mark.parametrize("many", [False, True], ids=["push", "push_many"])
+@pytest.mark.parametrize("path", ["push", "push_many", "push_stream"])
 def test_a_column_holding_a_nul_is_refused_at_dispatch_by_name_on_postgresql(
-    pg_url: str, column: str, many: bool
+    pg_url: str, column: str, path: str
 ) -> None:
     fields: dict[str, Any] = {"id": "j1", "name": "dbtest.x", column: f"{column}\x00x"}
     job = QueuedJob(queue="default", payload={}, **fields)
     queue = DatabaseQueue.from_url(pg_url)
     said = f"refused a value of job {job.id!r}: its {column} '{column}\\x00x' holds a NUL character"
     with pytest.raises(PayloadError, match=said.replace("\\", "\\\\")):
-        if many:
-            queue.push_many([QueuedJob(id="ok", name="dbtest.x", queue="default", payload={}), job])
+        fine = QueuedJob(id="ok", name="dbtest.x", queue="default", payload={})
+        if path == "push_many":
+            queue.push_many([fine, job])
+        elif path == "push_stream":
+            queue.push_stream(iter([[fine], [job]]))
         else:
             queue.push(job)
     assert queue.size() == 0
