@@ -284,7 +284,9 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                     record.state = _DONE
                 log.warning("kafka: job %s lost its lease before it failed; not dead-lettered", job.id)
                 return failed
-            self.produce([(self._client.topic(job.queue) + _FAILED, job.id, encode({"failed": body}).encode())])
+            # A lone surrogate (in an error message, say) as its JSON escape: it reads back the same.
+            value = encode({"failed": body}).encode("utf-8", "backslashreplace")
+            self.produce([(self._client.topic(job.queue) + _FAILED, job.id, value)])
             if record is not None:
                 self._finish([record])
             return failed
