@@ -168,7 +168,8 @@ def test_unset_builds_no_queue_and_dispatch_says_so() -> None:
 
 
 def test_sqs_timeout_comes_from_its_variable_and_a_bad_one_names_it() -> None:
-    environ = {"QUEUE_DRIVER": "sqs", "SQS_QUEUE_URL": SQS, "SQS_FAILED_QUEUE_URL": SQS + "-f", "AWS_REGION": "us-east-1"}
+    environ = {"QUEUE_DRIVER": "sqs", "SQS_QUEUE_URL": SQS, "SQS_FAILED_QUEUE_URL": SQS + "-f"}
+    environ["AWS_REGION"] = "us-east-1"
     manager = QueueManager.from_env(environ={**environ, "SQS_TIMEOUT": "12"})
     try:
         assert manager.connection().timeout == 12
