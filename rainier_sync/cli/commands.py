@@ -25,7 +25,7 @@ log = logging.getLogger("rainier_sync")
 
 
 def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
-    stats = run_worker(frontend, frontend.manager(args), args)
+    stats = run_worker(frontend, boot_for_work(frontend, args), args)
     summary = f"worker stopped: {stats.processed} processed, {stats.released} released, {stats.failed} failed"
     for count, what in ((stats.discarded, "unreadable"), (stats.interrupted, "interrupted")):
         if count:
@@ -36,6 +36,30 @@ def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
         return EXIT_FAILURE
     log.info("%s", summary)
     return EXIT_OK
+
+
+def boot_for_work(frontend: Frontend, args: argparse.Namespace) -> QueueManager:
+    """The worker's manager, booted once its backend can be reached.
+
+    A driver that connects as it is built (the database driver) cannot be built
+    while its server is down. That is waited for as the worker waits for a
+    backend at start-up: reported, tried again with a backoff, and a ``--once``
+    run gives up after ``--give-up`` seconds; a refused configuration fails at once.
+    """
+    from ..worker.health import Health, is_outage
+    from ..worker.options import ONCE_GIVE_UP
+
+    give_up = ONCE_GIVE_UP if args.give_up is None else args.give_up
+    health = Health(frontend, args.connection or "(default)", once=args.once, give_up=give_up)
+    wake = threading.Event()
+    while True:
+        try:
+            return frontend.manager(args)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            health.failed("boot", exc)
+            wake.wait(health.backoff())
 
 
 def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespace) -> WorkerStats:
@@ -76,8 +100,6 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
-    if driver.capabilities.eviction_check:
-        driver.check_eviction_policy()  # logs a warning unless the backend refuses writes rather than evicting jobs
     worker = frontend.worker(manager, options, args.connection)
     if threading.current_thread() is threading.main_thread():
         worker.install_signal_handlers()

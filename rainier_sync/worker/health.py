@@ -1,7 +1,7 @@
 """How a worker's backend has been doing: each failed operation reported (log
-and ``queue_operation_failed``), the current run of failures, and when a
-``once`` run gives up on it; and :class:`WorkerHealth`, what
-:meth:`Worker.health` reports."""
+and ``queue_operation_failed``), the current run of failures, whether it has
+answered yet, and when a ``once`` run gives up on it; and :class:`WorkerHealth`,
+what :meth:`Worker.health` reports."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import _clock, signals
+from .._text import escaped
 from ..errors import QueueUnavailableError
 from ..types import ExceptionInfo
 
-__all__ = ["Health", "WorkerHealth", "HealthFile"]
+__all__ = ["Health", "WorkerHealth", "HealthFile", "is_outage"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -78,6 +79,12 @@ class HealthFile:
         self._warned = False
 
 
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the backend cannot be reached (yet), rather than that it
+    answered and refused: an outage is ridden out, a refusal is a configuration error."""
+    return isinstance(exc, (QueueUnavailableError, ConnectionError, TimeoutError))
+
+
 class Health:
     """The failures of one worker's backend operations."""
 
@@ -90,6 +97,14 @@ class Health:
         #: When the current run of failures began (None: the last operation worked).
         self.failing_since: float | None = None
         self.failures = 0
+        #: Whether the backend has answered since :meth:`begin` (the worker's start-up is over).
+        self.answered = False
+
+    def begin(self) -> None:
+        """A run begins: no failures yet, and the backend has not answered yet."""
+        self.failures = 0
+        self.failing_since = None
+        self.answered = False
 
     def call(self, operation: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``; a failure is reported and None returned (the loop retries with a backoff)."""
@@ -105,7 +120,9 @@ class Health:
         self.last_error = f"{operation}: {info.error}"
         if self.failing_since is None:
             self.failing_since = _clock.monotonic()
-        log.error("queue operation %s on connection %r failed: %s", operation, self.connection, info.error)
+        log.error(
+            "queue operation %s on connection %r failed: %s", operation, self.connection, escaped(info.error)
+        )
         signals.emit(
             signals.queue_operation_failed,
             self.sender,
@@ -119,6 +136,7 @@ class Health:
         """The backend answered: the run of failures is over."""
         self.failures = 0
         self.failing_since = None
+        self.answered = True
 
     def backoff(self) -> float:
         """After a failure: how long to pause (longer each time, at most 5 s).
@@ -139,8 +157,14 @@ class Health:
         if since is None:
             return
         failing = _clock.monotonic() - since
-        if failing >= self.give_up:
+        if failing < self.give_up:
+            return
+        if not self.answered:
             raise QueueUnavailableError(
-                f"connection {self.connection!r} kept failing for {failing:.1f}s; giving up this --once run "
-                f"(last error: {self.last_error})"
+                f"connection {self.connection!r} has not answered since the worker started: it kept failing for "
+                f"{failing:.1f}s; giving up this --once run (last error: {self.last_error})"
             )
+        raise QueueUnavailableError(
+            f"connection {self.connection!r} kept failing for {failing:.1f}s; giving up this --once run "
+            f"(last error: {self.last_error})"
+        )

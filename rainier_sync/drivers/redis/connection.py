@@ -43,6 +43,10 @@ _BROKEN = (
 _REDIRECTED = (MovedError, AskError)
 #: Redirections followed before a command is given up.
 _REDIRECTS = 8
+#: Redis answered and refused the connection's credentials (a ConnectionError to redis-py).
+_REFUSED = (redis.AuthenticationError, redis.exceptions.AuthorizationError)
+#: Replies that refuse the connection's settings: a database number the server does not have.
+_REFUSED_REPLIES = ("DB index is out of range", "invalid DB index")
 #: What redis-py raises for a value it cannot send (a lone surrogate, a type it does not know).
 _BAD_DATA = (redis.DataError, UnicodeEncodeError)
 
@@ -72,7 +76,9 @@ def _retrying(
     ``attempt`` builds its command's arguments as it sends it, so the times they
     carry ("now", a reservation's deadline) are those of the try that reaches the
     server, not of one made before a wait for it. Redis out of reach raises
-    :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError.
+    :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError;
+    a server that refuses the connection's credentials or database number,
+    ConfigurationError (it answered: waiting will not help).
 
     A server that answers READONLY (a master demoted under us) counts as a broken
     connection: the next try resolves the master again. A cluster's redirection
@@ -85,6 +91,10 @@ def _retrying(
             topology.check()
         try:
             return attempt()
+        except _REFUSED as exc:
+            if broken is not None:
+                broken()
+            raise ConfigurationError(f"{named()}: {what}: Redis refused the connection: {exc}") from exc
         except _REDIRECTED as exc:
             if broken is not None:
                 broken()
@@ -108,6 +118,12 @@ def _retrying(
                 tries = f" ({failures} tries)" if failures > 1 else ""
                 raise RedisUnavailableError(f"{named()}: {what} failed{tries}: {type(exc).__name__}: {exc}") from exc
             time.sleep(policy.pause(failures))
+        except redis.ResponseError as exc:
+            if not any(reply in str(exc) for reply in _REFUSED_REPLIES):
+                raise
+            if broken is not None:
+                broken()
+            raise ConfigurationError(f"{named()}: {what}: Redis refused the connection's settings: {exc}") from exc
         except _BAD_DATA as exc:
             raise PayloadError(f"{named()}: {what}: Redis cannot be sent this: {exc}") from exc
 

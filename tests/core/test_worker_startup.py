@@ -1,0 +1,139 @@
+"""An embedded worker started before its backend answers: it reports the outage
+and tries again until the backend comes up, then works; a backend that answers
+and refuses the configuration ends the run at once."""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pytest
+
+from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager
+from rainier_sync.errors import ConfigurationError
+from rainier_sync.worker import Worker, WorkerOptions
+from tests.cli.late import Forwarder, redis_server
+from tests.support import free_port, wait_until
+
+#: Set by the job when it runs.
+ran: dict[str, threading.Event] = {}
+
+
+@dataclass
+class Mark(Job):
+    NAME = "startup-tests.mark"
+
+    key: str = ""
+
+    def handle(self, context: JobContext) -> None:
+        ran.setdefault(self.key, threading.Event()).set()
+
+
+registry = JobRegistry().with_job(Mark)
+
+
+def _started_and_failing(worker: Worker) -> None:
+    wait_until(lambda: worker.health().failing_since is not None, 60, message="the worker to meet the outage")
+    health = worker.health()
+    assert health.last_error.startswith("start: "), health
+    assert not worker.stopping
+
+
+def _finish(worker: Worker, key: str) -> None:
+    assert ran.setdefault(key, threading.Event()).wait(60), f"the job never ran: {worker.health()}"
+    worker.stop()
+    stats = worker.join(60)
+    assert worker._thread is not None and not worker._thread.is_alive()
+    assert stats.processed == 1 and stats.failed == 0
+    assert worker.health().failing_since is None
+
+
+def test_an_embedded_worker_waits_for_redis_to_come_up_then_works(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("redis", reason="the redis extra is not installed")
+    from rainier_sync.drivers.redis import RedisQueue
+
+    port = free_port()
+    manager = QueueManager({"main": RedisQueue.from_url(f"redis://127.0.0.1:{port}/0")}, "main", registry, Container())
+    worker = Worker(manager, options=WorkerOptions(sleep=0.2, concurrency=1))
+    server = None
+    worker.start()
+    try:
+        _started_and_failing(worker)
+        server = redis_server(tmp_path / "redis", port)
+        manager.dispatch(Mark("redis"))
+        _finish(worker, "redis")
+    finally:
+        worker.stop(0)
+        worker.join(30)
+        manager.close()
+        if server is not None:
+            server.stop()
+
+
+@pytest.fixture
+def postgres(request: pytest.FixtureRequest) -> Iterator[str]:
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    from tests.drivers.database.support import postgres_schema_url
+
+    yield postgres_schema_url(request)
+
+
+def test_an_embedded_worker_waits_for_postgres_lost_before_it_started(postgres: str) -> None:
+    from rainier_sync.drivers.database import DatabaseQueue
+
+    real = urllib.parse.urlsplit(postgres)
+    upstream = (real.hostname or "127.0.0.1", real.port or 5432)
+    port = free_port()
+    forwarder = Forwarder(port, upstream)
+    via = urllib.parse.urlunsplit(real._replace(netloc=f"{real.username or 'postgres'}@127.0.0.1:{port}"))
+    # Built while the server answers through the forwarder; then the server is gone when the worker starts.
+    driver = DatabaseQueue.from_url(via, reconnect_for=0.5)
+    manager = QueueManager({"main": driver}, "main", registry, Container())
+    forwarder.close()
+    worker = Worker(manager, options=WorkerOptions(sleep=0.2, concurrency=1, queues=["startup-embedded"]))
+    direct = QueueManager({"main": DatabaseQueue.from_url(postgres)}, "main", registry, Container())
+    worker.start()
+    try:
+        _started_and_failing(worker)
+        direct.dispatch_on("startup-embedded", Mark("postgres"))
+        forwarder = Forwarder(port, upstream)
+        _finish(worker, "postgres")
+    finally:
+        worker.stop(0)
+        worker.join(30)
+        manager.close()
+        direct.close()
+        forwarder.close()
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:{port}/99", "redis://:not-the-password@127.0.0.1:{port}/0"],
+                         ids=["db-index-out-of-range", "auth-refused"])  # fmt: skip
+@pytest.mark.parametrize("once", [True, False], ids=["once", "resident"])
+def test_redis_refusing_the_configuration_ends_the_run_at_once(url: str, once: bool, redis_url: str) -> None:
+    from rainier_sync.drivers.redis import RedisQueue
+
+    port = urllib.parse.urlsplit(redis_url).port or 6379
+    manager = QueueManager({"main": RedisQueue.from_url(url.format(port=port))}, "main", registry, Container())
+    worker = Worker(manager, options=WorkerOptions(once=once, give_up=120, sleep=0.2))
+    raised: list[BaseException] = []
+
+    def run() -> Any:
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            raised.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(60)
+    try:
+        assert not runner.is_alive(), f"still retrying: {worker.health()}"
+        assert len(raised) == 1 and isinstance(raised[0], ConfigurationError), raised
+        assert "127.0.0.1" in str(raised[0])
+    finally:
+        worker.stop(0)
+        runner.join(10)
+        manager.close()
