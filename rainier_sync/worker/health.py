@@ -97,14 +97,18 @@ class Health:
         #: When the current run of failures began (None: the last operation worked).
         self.failing_since: float | None = None
         self.failures = 0
-        #: Whether the backend has answered since :meth:`begin` (the worker's start-up is over).
+        #: Whether a claim has gone through since :meth:`begin`.
         self.answered = False
 
     def begin(self) -> None:
-        """A run begins: no failures yet, and the backend has not answered yet."""
+        """A run begins: no failures yet, and no claim has gone through yet."""
+        self.clear()
+        self.answered = False
+
+    def clear(self) -> None:
+        """The backend answered an operation: the run of failures is over."""
         self.failures = 0
         self.failing_since = None
-        self.answered = False
 
     def call(self, operation: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``; a failure is reported and None returned (the loop retries with a backoff)."""
@@ -133,9 +137,8 @@ class Health:
         )
 
     def ok(self) -> None:
-        """The backend answered: the run of failures is over."""
-        self.failures = 0
-        self.failing_since = None
+        """A claim went through: the run of failures is over."""
+        self.clear()
         self.answered = True
 
     def backoff(self) -> float:

@@ -225,7 +225,7 @@ class Worker(Control, Stopping):
                     "connection %r answered after %.1fs; the worker starts",
                     self.connection_name, _clock.monotonic() - health.failing_since,
                 )  # fmt: skip
-            health.ok()
+            health.clear()
             self._next_reclaim = _clock.monotonic() + self.options.reclaim_interval
             return True
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import pathlib
 import threading
+import time
 import urllib.parse
+import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pytest
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager
-from rainier_sync.errors import ConfigurationError
+from rainier_sync.errors import ConfigurationError, QueueUnavailableError
 from rainier_sync.worker import Worker, WorkerOptions
 from tests.cli.late import Forwarder, redis_server
 from tests.support import free_port, wait_until
@@ -137,3 +139,95 @@ def test_redis_refusing_the_configuration_ends_the_run_at_once(url: str, once: b
         worker.stop(0)
         runner.join(10)
         manager.close()
+
+
+def test_an_embedded_worker_waits_for_sqs_to_come_up_then_works(_aws_fake_env: None) -> None:
+    pytest.importorskip("boto3", reason="the sqs extra is not installed")
+    pytest.importorskip("moto.server", reason="moto's server is not installed")
+    from rainier_sync.drivers.sqs import SqsQueue
+    from tests.services.moto import REGION, MotoServer, sqs_client_for
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    names = {name: f"startup-{name}-{port}" for name in ("default", "failed")}
+    urls = {name: f"{endpoint}/123456789012/{queue}" for name, queue in names.items()}
+    driver = SqsQueue(urls["default"], failed_queue_url=urls["failed"], endpoint=endpoint, region=REGION,
+                      key="testing", secret="testing", wait_time=1, visibility_timeout=5, timeout=1)  # fmt: skip
+    manager = QueueManager({"main": driver}, "main", registry, Container())
+    worker = Worker(manager, options=WorkerOptions(sleep=0.2, concurrency=1))
+    server = MotoServer(port)
+    worker.start()
+    try:
+        # SQS has nothing to sweep: the first claim is what meets the outage.
+        wait_until(lambda: worker.health().failing_since is not None, 60, message="the worker to meet the outage")
+        server.start()
+        client = sqs_client_for(endpoint)
+        for queue in names.values():
+            assert client.create_queue(QueueName=queue)["QueueUrl"].endswith(queue)
+        manager.dispatch(Mark("sqs"))
+        _finish(worker, "sqs")
+    finally:
+        worker.stop(0)
+        worker.join(30)
+        manager.close()
+        server.stop()
+
+
+def test_an_embedded_worker_waits_for_kafka_to_come_up_then_works(tmp_path: pathlib.Path, redis_url: str) -> None:
+    pytest.importorskip("confluent_kafka", reason="the kafka extra is not installed")
+    from rainier_sync.drivers.kafka import KafkaQueue
+    from rainier_sync.locks import RedisLockStore
+    from tests.services.tansu import Tansu, _binary_or_missing
+
+    tag = uuid.uuid4().hex[:10]
+    locks = RedisLockStore.from_url(redis_url, prefix=f"rainier-test:startup:{tag}:")
+    port = free_port()
+    driver = KafkaQueue(f"127.0.0.1:{port}", group=f"t-{tag}", topic_prefix=f"t-{tag}.", locks=locks, timeout=2)
+    manager = QueueManager({"main": driver}, "main", registry, Container())
+    worker = Worker(manager, options=WorkerOptions(sleep=0.2, concurrency=1))
+    broker = Tansu(_binary_or_missing(), tmp_path)
+    worker.start()
+    try:
+        # Kafka has nothing to sweep: the first claim is what meets the outage.
+        wait_until(lambda: worker.health().failing_since is not None, 60, message="the worker to meet the outage")
+        broker.start(port)
+        manager.dispatch(Mark("kafka"))
+        _finish(worker, "kafka")
+    finally:
+        worker.stop(0)
+        worker.join(30)
+        manager.close()
+        broker.stop()
+        locks.close()
+
+
+@pytest.mark.parametrize("kind", ["sqs", "kafka"])
+def test_a_once_run_on_a_port_nothing_listens_on_gives_up_after_give_up(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    port = free_port()
+    if kind == "sqs":
+        pytest.importorskip("boto3", reason="the sqs extra is not installed")
+        request.getfixturevalue("_aws_fake_env")
+        from rainier_sync.drivers.sqs import SqsQueue
+
+        endpoint = f"http://127.0.0.1:{port}"
+        driver: Any = SqsQueue(
+            f"{endpoint}/123456789012/default", failed_queue_url=f"{endpoint}/123456789012/failed",
+            endpoint=endpoint, region="us-east-1", key="testing", secret="testing", timeout=1,
+        )  # fmt: skip
+    else:
+        pytest.importorskip("confluent_kafka", reason="the kafka extra is not installed")
+        from rainier_sync.drivers.kafka import KafkaQueue
+        from rainier_sync.locks import MemoryLockStore
+
+        driver = KafkaQueue(f"127.0.0.1:{port}", group=f"t-{uuid.uuid4().hex[:10]}", locks=MemoryLockStore(), timeout=1)
+    manager = QueueManager({"main": driver}, "main", registry, Container())
+    began = time.monotonic()
+    try:
+        with pytest.raises(QueueUnavailableError, match="has not answered since the worker started") as raised:
+            Worker(manager, options=WorkerOptions(once=True, give_up=3)).run()
+    finally:
+        manager.close()
+    assert time.monotonic() - began >= 2, "gave up without waiting"
+    assert f"127.0.0.1:{port}" in str(raised.value)
