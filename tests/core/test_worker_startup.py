@@ -4,6 +4,7 @@ and refuses the configuration ends the run at once."""
 
 from __future__ import annotations
 
+import logging
 import pathlib
 import threading
 import time
@@ -231,3 +232,65 @@ def test_a_once_run_on_a_port_nothing_listens_on_gives_up_after_give_up(
         manager.close()
     assert time.monotonic() - began >= 2, "gave up without waiting"
     assert f"127.0.0.1:{port}" in str(raised.value)
+
+
+def _closed_redis_worker(**options: Any) -> tuple[QueueManager, Worker]:
+    pytest.importorskip("redis", reason="the redis extra is not installed")
+    from rainier_sync.drivers.redis import RedisQueue
+
+    manager = QueueManager({"main": RedisQueue.from_url(f"redis://127.0.0.1:{free_port()}/0")}, "main", registry,
+                           Container())  # fmt: skip
+    return manager, Worker(manager, options=WorkerOptions(sleep=0.2, concurrency=1, **options))
+
+
+def test_stop_ends_the_wait_for_a_backend_that_never_comes_up() -> None:
+    manager, worker = _closed_redis_worker()
+    worker.start()
+    try:
+        _started_and_failing(worker)
+        worker.stop()
+        worker.join(30)
+        assert worker._thread is not None and not worker._thread.is_alive()
+        assert worker.stats.processed == 0
+    finally:
+        worker.stop(0)
+        worker.join(30)
+        manager.close()
+
+
+def test_the_health_file_is_touched_while_the_worker_waits_for_its_backend(tmp_path: pathlib.Path) -> None:
+    import os
+
+    path = tmp_path / "alive"
+    manager, worker = _closed_redis_worker(health_file=str(path))
+    worker.start()
+    try:
+        _started_and_failing(worker)
+        wait_until(path.exists, 30, message="the health file")
+        first = os.stat(path).st_mtime_ns
+        wait_until(lambda: os.stat(path).st_mtime_ns > first, 30, message="the health file to be touched again")
+        assert worker.health().failing_since is not None, "still waiting for the backend"
+    finally:
+        worker.stop(0)
+        worker.join(30)
+        manager.close()
+
+
+def test_a_redis_that_may_evict_jobs_is_warned_of_once_it_answers(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis = pytest.importorskip("redis", reason="the redis extra is not installed")
+    from rainier_sync.drivers.redis import RedisQueue
+
+    port = free_port()
+    server = redis_server(tmp_path / "redis", port)
+    try:
+        redis.Redis(host="127.0.0.1", port=port).config_set("maxmemory-policy", "allkeys-lru")
+        manager = QueueManager({"main": RedisQueue.from_url(f"redis://127.0.0.1:{port}/0")}, "main", registry,
+                               Container())  # fmt: skip
+        with caplog.at_level(logging.WARNING, logger="rainier_sync"):
+            Worker(manager, options=WorkerOptions(once=True)).run()
+        manager.close()
+    finally:
+        server.stop()
+    assert any("maxmemory-policy is 'allkeys-lru'" in r.getMessage() for r in caplog.records), caplog.text
