@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from datetime import datetime
@@ -25,7 +26,11 @@ log = logging.getLogger("rainier_sync")
 
 
 def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
-    stats = run_worker(frontend, boot_for_work(frontend, args), args)
+    manager = boot_for_work(frontend, args)
+    if manager is None:
+        log.info("worker stopped before its backend could be reached")
+        return EXIT_OK
+    stats = run_worker(frontend, manager, args)
     summary = f"worker stopped: {stats.processed} processed, {stats.released} released, {stats.failed} failed"
     for count, what in ((stats.discarded, "unreadable"), (stats.interrupted, "interrupted")):
         if count:
@@ -38,8 +43,14 @@ def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
     return EXIT_OK
 
 
-def boot_for_work(frontend: Frontend, args: argparse.Namespace) -> QueueManager:
-    """The worker's manager, booted once its backend can be reached.
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT while the worker's manager could not be booted yet (a
+    BaseException, so that no ``except Exception`` on the way takes it for an error)."""
+
+
+def boot_for_work(frontend: Frontend, args: argparse.Namespace) -> QueueManager | None:
+    """The worker's manager, booted once its backend can be reached; None when
+    SIGTERM or SIGINT came first.
 
     A driver that connects as it is built (the database driver) cannot be built
     while its server is down. That is waited for as the worker waits for a
@@ -50,16 +61,28 @@ def boot_for_work(frontend: Frontend, args: argparse.Namespace) -> QueueManager:
     from ..worker.options import ONCE_GIVE_UP
 
     give_up = ONCE_GIVE_UP if args.give_up is None else args.give_up
-    health = Health(frontend, args.connection or "(default)", once=args.once, give_up=give_up)
-    wake = threading.Event()
-    while True:
-        try:
-            return frontend.manager(args)
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            health.failed("boot", exc)
-            wake.wait(health.backoff())
+    health = Health(frontend, args.connection, once=args.once, give_up=give_up)
+    previous: dict[int, Any] = {}
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stopped
+
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                return frontend.manager(args)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                health.failed("boot", exc)
+            time.sleep(health.backoff())
+    except _Stopped:
+        return None
+    finally:
+        for signum, handler in previous.items():  # the worker installs its own
+            signal.signal(signum, handler)
 
 
 def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespace) -> WorkerStats:

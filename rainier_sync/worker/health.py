@@ -110,6 +110,11 @@ class Health:
         self.failures = 0
         self.failing_since = None
 
+    @property
+    def named(self) -> str:
+        """The connection as messages name it."""
+        return "the default connection" if self.connection is None else f"connection {self.connection!r}"
+
     def call(self, operation: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``; a failure is reported and None returned (the loop retries with a backoff)."""
         try:
@@ -124,9 +129,7 @@ class Health:
         self.last_error = f"{operation}: {info.error}"
         if self.failing_since is None:
             self.failing_since = _clock.monotonic()
-        log.error(
-            "queue operation %s on connection %r failed: %s", operation, self.connection, escaped(info.error)
-        )
+        log.error("queue operation %s on %s failed: %s", operation, self.named, escaped(info.error))
         signals.emit(
             signals.queue_operation_failed,
             self.sender,
@@ -164,10 +167,10 @@ class Health:
             return
         if not self.answered:
             raise QueueUnavailableError(
-                f"connection {self.connection!r} has not answered since the worker started: it kept failing for "
+                f"{self.named} has not answered since the worker started: it kept failing for "
                 f"{failing:.1f}s; giving up this --once run (last error: {self.last_error})"
             )
         raise QueueUnavailableError(
-            f"connection {self.connection!r} kept failing for {failing:.1f}s; giving up this --once run "
+            f"{self.named} kept failing for {failing:.1f}s; giving up this --once run "
             f"(last error: {self.last_error})"
         )

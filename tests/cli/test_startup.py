@@ -6,6 +6,7 @@ refuses the configuration still ends the command at once with exit 2."""
 from __future__ import annotations
 
 import pathlib
+import signal
 import time
 import urllib.parse
 from typing import Iterator
@@ -164,7 +165,7 @@ def test_a_worker_waits_for_postgres_to_come_up_then_works(
     forwarder = None
     try:
         # The driver connects as it is built: it is the manager's boot that is tried again.
-        assert "queue operation boot on connection" in worker.wait_for_line(_failed_attempt)
+        assert "queue operation boot on the default connection" in worker.wait_for_line(_failed_attempt)
         assert worker.proc.poll() is None, worker.stderr
         forwarder = Forwarder(port, (real.hostname or "127.0.0.1", real.port or 5432))
         assert worker.wait() == 0, worker.stderr
@@ -200,3 +201,26 @@ def test_a_database_refusing_the_database_name_fails_at_once_with_exit_2(
                env={"DATABASE_URL": url}, timeout=60)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "rainier_no_such_database" in done.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_sigterm_while_waiting_for_the_backend_stops_the_worker_with_exit_0(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    port = free_port()
+    if backend == "redis":
+        pytest.importorskip("redis", reason="the redis extra is not installed")
+        # Redis connects at the first command: the worker's own start-up waits.
+        env = {"QUEUE_DRIVER": "redis", "REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+        args, operation = [FROM_ENV], "start"
+    else:
+        # The database driver connects as it is built: the command's boot waits.
+        url = _on_port(request.getfixturevalue("postgres"), port)
+        args, env, operation = ["--app=tests.cli.db_app:make_manager"], {"DATABASE_URL": url}, "boot"
+    worker = WorkerProcess("--sleep=0.2", *args, env=env)
+    try:
+        assert f"queue operation {operation} on" in worker.wait_for_line(_failed_attempt)
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.stderr
+    finally:
+        worker.close()
