@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .._text import escaped
 from .app import EXIT_FAILURE, EXIT_OK, CommandError, Frontend, UsageError, selected
 from .output import Progress, table, when
 
@@ -241,15 +242,17 @@ def _show_failed(out: IO[str], failed: FailedJob) -> None:
         ("Crashed", "yes" if info.crashed else "no"),
     ]
     width = max(len(label) for label, _ in fields) + 2
+    # A stored value's lines are shown as lines, each escaped (no control character reaches the terminal).
     for label, value in fields:
         first, *rest = value.splitlines() or [""]
-        out.write(f"{label.ljust(width)}{first}".rstrip() + "\n")
+        out.write(f"{label.ljust(width)}{escaped(first)}".rstrip() + "\n")
         for line in rest:
-            out.write(f"{' ' * width}{line}".rstrip() + "\n")
+            out.write(f"{' ' * width}{escaped(line)}".rstrip() + "\n")
     out.write("\nPayload:\n")
     out.write(json.dumps(failed.payload, indent=2) + "\n")
     out.write("\nTraceback:\n")
-    out.write(info.traceback if info.traceback.endswith("\n") else f"{info.traceback or '(none recorded)'}\n")
+    for line in info.traceback.splitlines() or ["(none recorded)"]:
+        out.write(escaped(line) + "\n")
 
 
 def cmd_retry(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:

@@ -662,3 +662,18 @@ def test_an_error_line_escapes_what_the_error_carried(capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x00" not in err, err
     assert "a line\\x00" in err
+
+
+def test_one_failed_job_in_full_escapes_each_line_of_its_stored_fields(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rainier_sync.types import QueuedJob
+
+    memory.push(QueuedJob(id="shown-1", name="name\x1b[2J\x00", queue="mail", payload={"text": "a\x00b"}))
+    reserved = memory.reserve(["mail"])
+    assert reserved is not None
+    memory.fail(reserved, "RuntimeError: first\nsecond\x00")
+    assert main(["queue:failed", "shown-1", APP]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "\x00" not in out and "\x1b" not in out, out
+    assert "name\\x1b[2J\\x00" in out and "second\\x00" in out and '"a\\u0000b"' in out
