@@ -168,7 +168,12 @@ class Worker(Control, Stopping):
 
     # -- the owning loop -----------------------------------------------------------
     def run(self) -> WorkerStats:
-        """Work until stopped; with ``once``, until nothing is due. Returns the stats."""
+        """Work until stopped; with ``once``, until nothing is due. Returns the stats.
+
+        It first waits for a backend that cannot be reached yet, as for an outage
+        (a ``once`` run gives up after ``give_up`` seconds); a backend that answers
+        and refuses raises :class:`~rainier_sync.errors.ConfigurationError` at once.
+        """
         self._begin()
         try:
             if self._start_up():
