@@ -392,10 +392,11 @@ class FleetRecorder:
     def leave(self) -> None:
         """At a clean exit: stop the recorder's thread, write the last counts and remove the record."""
         thread, self._thread = self._thread, None
-        if thread is not None:
-            self._leaving.set()
-            # Bounded: a lock store that hangs leaves the record to lapse on its own.
-            thread.join(RECORD_TTL)
+        if thread is None:
+            return  # never started (stopped while waiting for its backend): nothing was recorded
+        self._leaving.set()
+        # Bounded: a lock store that hangs leaves the record to lapse on its own.
+        thread.join(RECORD_TTL)
         self.flush()
         try:
             self.locks.set_flag(workers_group(self.connection), self.id, False)

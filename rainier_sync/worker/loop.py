@@ -177,6 +177,10 @@ class Worker(Control, Stopping):
         self._begin()
         try:
             if self._start_up():
+                # Recorded once its backend answers: a worker still waiting for it is not
+                # listed as working, and its record's failures do not hide why it waits.
+                if self.fleet is not None:  # its thread starts after attempts.prepare() forked
+                    self.fleet.start()
                 self._start_relay()
                 while self._turn():
                     pass
@@ -192,8 +196,6 @@ class Worker(Control, Stopping):
         self._loop_thread = threading.get_ident()
         signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
         self._start_pool()
-        if self.fleet is not None:  # its thread starts after attempts.prepare() forked
-            self.fleet.start()
 
     def _start_up(self) -> bool:
         """Wait until the backend answers; False when the worker was stopped first.

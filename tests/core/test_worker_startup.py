@@ -294,3 +294,25 @@ def test_a_redis_that_may_evict_jobs_is_warned_of_once_it_answers(
     finally:
         server.stop()
     assert any("maxmemory-policy is 'allkeys-lru'" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_worker_waiting_for_its_backend_is_not_listed_until_it_answers() -> None:
+    """Its store answers (memory), its queue does not: it is recorded once it can work."""
+    pytest.importorskip("redis", reason="the redis extra is not installed")
+    from rainier_sync.drivers.redis import RedisQueue
+    from rainier_sync.locks import MemoryLockStore
+
+    locks = MemoryLockStore()
+    queue = RedisQueue.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    manager = QueueManager({"main": queue}, "main", registry, Container(), locks=locks)
+    worker = Worker(manager, options=WorkerOptions(sleep=0.2, concurrency=1))
+    worker.start()
+    try:
+        _started_and_failing(worker)
+        wait_until(lambda: worker.health().last_turn_age is not None, 30, message="the loop to turn")
+        assert manager.workers() == [], "not working yet, so not listed"
+    finally:
+        worker.stop(0)
+        worker.join(30)
+        manager.close()
+    assert manager.workers() == [], "it never recorded itself, so it has nothing to remove"
