@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
-from ._text import escaped
+from ._text import LOGGED_ERROR, escaped
 from .batch import BatchGuard
 from .batch import loader as batch_loader
 from .batch import settle as settle_in_batch
@@ -474,7 +474,7 @@ class Executor:
             self.release_unique(job)
             log.error(
                 "job %s (%s) failed after %d attempt(s): %s", escaped(job.id), escaped(job.name), attempt,
-                escaped(info.error),
+                escaped(info.error, LOGGED_ERROR),
             )  # fmt: skip
             signals.emit(
                 signals.job_failed, self.sender, job=job, connection=job.connection, error=info.error, exception=info
@@ -487,7 +487,7 @@ class Executor:
                 job.attempts,
                 job.max_attempts,
                 completion.delay,
-                escaped(info.error),
+                escaped(info.error, LOGGED_ERROR),
             )
             signals.emit(
                 signals.job_released,

@@ -86,3 +86,24 @@ def test_escaped_keeps_printable_text_and_escapes_the_rest() -> None:
     assert escaped("café: ünïcode 'quoted' \\ back") == "café: ünïcode 'quoted' \\ back"
     assert escaped("a\tb\rc\nd\x00e\x1bf\u2028g") == "a\\tb\\rc\\nd\\x00e\\x1bf\\u2028g"
     assert escaped(None) == "None" and escaped(ValueError("x\ny")) == "x\\ny"
+    assert escaped("\udc80") == "\\udc80", "a lone surrogate would break a UTF-8 log stream"
+    assert escaped("ab\ncdef", limit=3) == "ab\\n... (4 more characters)"
+
+
+def test_a_huge_error_is_cut_in_its_log_line_and_kept_whole_in_the_failed_store(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from rainier_sync._text import LOGGED_ERROR
+
+    queue = MemoryQueue(reservation=30)
+    manager = QueueManager({"main": queue}, "main", registry, Container())
+    huge = "x" * 10_000_000
+    manager.dispatch(Echo(text=huge))
+    with caplog.at_level(logging.INFO, logger="rainier_sync"):
+        Worker(manager, options=WorkerOptions(once=True, concurrency=1)).run()
+        Worker(manager, options=WorkerOptions(once=True, concurrency=1)).run()
+    [failed] = queue.failed
+    assert huge in failed.error, "the store keeps the whole error"
+    longest = max(len(line) for line in _lines(caplog.records))
+    assert longest < LOGGED_ERROR + 500, longest
+    assert any("more characters)" in line for line in _lines(caplog.records))
