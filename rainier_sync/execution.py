@@ -42,9 +42,9 @@ from .types import ExceptionInfo, FailedJob, QueuedJob, encode
 if TYPE_CHECKING:
     from .container import Container
     from .drivers.base import Consumer
-    from .locks.base import LockStore
     from .pending import Dispatcher
     from .registry import JobRegistry
+    from .state.base import LockStore
 
 log = logging.getLogger("rainier_sync")
 

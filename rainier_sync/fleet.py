@@ -32,7 +32,7 @@ from . import _clock
 
 if TYPE_CHECKING:
     from .execution import Completion, Outcome
-    from .locks.base import LockStore
+    from .state.base import LockStore
     from .types import QueuedJob
 
 __all__ = [

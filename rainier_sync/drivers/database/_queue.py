@@ -18,10 +18,10 @@ from .claims import Claims
 from .dialects import job_row
 from .failed import FailedTable
 from .listen import Waiting
+from .store import DatabaseLockStore
 from .url import POSTGRESQL
 
 if TYPE_CHECKING:
-    from ...locks.database import DatabaseLockStore
     from ..base import Binding
 
 
@@ -87,8 +87,6 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
 
     def lock_store(self) -> DatabaseLockStore:
         """A lock store on this queue's connection (unique jobs, leases, middleware, paused queues)."""
-        from ...locks.database import DatabaseLockStore
-
         return DatabaseLockStore(_backend=self._backend)
 
     def describe(self) -> str:
@@ -189,8 +187,6 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
         """In the caller's transaction, when the manager's lock store is a
         :class:`~rainier_sync.locks.DatabaseLockStore` on this queue's database
         (see :mod:`.caller_locks`); None otherwise."""
-        from ...locks.database import DatabaseLockStore
-
         binding = getattr(self, "_binding", None)
         locks = binding.locks if binding is not None else None
         if not isinstance(locks, DatabaseLockStore) or not same_database(locks._backend.target, self._backend.target):

@@ -12,7 +12,7 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from ... import _clock
-from ...locks.base import LockStore
+from ...state.base import LockStore
 from ...types import ExceptionInfo, QueuedJob, encode
 from .client import _DELAYED, _FAILED, Consumer, KafkaClient, KafkaError, KafkaException, Message, TopicPartition
 from .partitions import PartitionBook

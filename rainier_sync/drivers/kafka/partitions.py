@@ -10,7 +10,7 @@ import logging
 from typing import Any, Sequence
 
 from ... import _clock
-from ...locks.base import LockStore
+from ...state.base import LockStore
 from .client import TP, Consumer, KafkaError, KafkaException, TopicPartition, _code
 from .records import _Partition, _Record
 
