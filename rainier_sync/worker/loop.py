@@ -26,6 +26,7 @@ from ..errors import ConfigurationError
 from ..execution import ABANDONED, Completion, Executor
 from ..fleet import RECORD_EVERY, FleetRecorder, wait_bucket
 from ..scheduler import Scheduler
+from ..state.base import STORE_HINT
 from ..types import QueuedJob
 from .attempts import Attempts
 from .control import Control
@@ -82,7 +83,7 @@ class Worker(Control, Stopping):
                 names = ", ".join(sorted(cls.NAME for cls in needing))
                 raise ConfigurationError(
                     f"jobs {names} keep state in a lock store (middleware, KEEP_RESULT), and the manager has none: "
-                    "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
+                    + STORE_HINT
                 )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self, dispatcher=manager)
         self.executor.in_rounds = True  # the owning loop counts jobs of batches a round at a time (settle.py)
