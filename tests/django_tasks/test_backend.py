@@ -302,3 +302,11 @@ def test_an_attempt_that_overruns_its_timeout_fails(manager: QueueManager, tasks
     result.refresh()
     assert status(result) == "FAILED"
     assert len(result.errors) == 1 and "Timeout" in result.errors[0].exception_class_path
+
+
+def test_it_runs_on_the_framework_of_this_django() -> None:
+    import django
+
+    from rainier_sync.django.tasks import FRAMEWORK
+
+    assert FRAMEWORK == ("django.tasks" if django.VERSION >= (6,) else "django_tasks")
