@@ -14,6 +14,7 @@ there, ``django.tasks`` first.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import os
@@ -28,6 +29,7 @@ from ..errors import ConfigurationError
 from ..execution import result_key
 from ..functions import FunctionJob, job
 from ..jobs import JobContext, check_job_class
+from ..manager import instance
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 
 try:  # Django 6
@@ -262,14 +264,12 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc, unused-ignore]
             )
         self.keep_result: float = keep
         self.connection_name: str | None = connection
-        self._checked: set[Any] = set()
+        self._plans: dict[Any, tuple[QueueManager, type[TaskJob], Any]] = {}
 
     # -- what it runs on ---------------------------------------------------------------
     @property
     def manager(self) -> QueueManager:
         """The manager the tasks go through: :func:`rainier_sync.instance`."""
-        from ..manager import instance
-
         return instance()
 
     def _driver(self, manager: QueueManager) -> Any:
@@ -325,50 +325,54 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc, unused-ignore]
         super().validate_task(task)
 
     # -- enqueueing ------------------------------------------------------------------------
+    def _plan(self, task: Any, manager: QueueManager) -> tuple[QueueManager, type[TaskJob], Any]:
+        """What enqueueing ``task``'s function through ``manager`` needs, found
+        once: its job class (registered in the manager's registry) and the
+        connection's driver."""
+        self.validate_task(task)
+        driver = self._driver(manager)
+        cls = job_class_for(task, self.keep_result)
+        if manager.registry.find(cls.NAME) is not cls:
+            manager.registry.register(cls)
+        plan = (manager, cls, driver)
+        self._plans[task.func] = plan
+        return plan
+
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Dispatch ``task`` with ``args`` and ``kwargs`` (JSON only; refused
         naming the argument that is not); a READY ``TaskResult`` whose id is the job's."""
-        manager = self.manager
-        if task not in self._checked:  # a Task is frozen: checked once per variant
+        manager = instance()
+        plan = self._plans.get(task.func)
+        if plan is None or plan[0] is not manager:
+            plan = self._plan(task, manager)
+        cls, driver = plan[1], plan[2]
+        # The task was checked when it was made (Task.__post_init__), perhaps by another
+        # backend instance: what this one may see differently is checked again here.
+        if task.queue_name not in self.queues and self.queues:
             self.validate_task(task)
-            if task.priority != DEFAULT_TASK_PRIORITY and not self._driver(manager).capabilities.priority:
-                raise InvalidTaskError(
-                    f"task {task.module_path}: priority {task.priority} given, but connection "
-                    f"{self.connection_name or manager.default!r} does not run jobs by priority"
-                )
-            self._checked.add(task)
-        cls = job_class_for(task, self.keep_result)
-        registry = manager.registry
-        if registry.find(cls.NAME) is not cls:
-            registry.register(cls)
+        if task.priority != DEFAULT_TASK_PRIORITY and not driver.capabilities.priority:
+            raise InvalidTaskError(
+                f"task {task.module_path}: priority {task.priority} given, but connection "
+                f"{self.connection_name or manager.default!r} does not run jobs by priority"
+            )
         made = cls(*args, **kwargs)
         delay = 0.0
         if task.run_after is not None:
+            self.validate_task(task)
             delay = max(0.0, task.run_after.timestamp() - _clock.now())
         connection = self.connection_name
         queued = manager.build(made, queue=task.queue_name, delay=delay, priority=-task.priority, connection=connection)
         if queued.unique_key is not None:
             queued.unique_owner = queued.id  # a duplicate finds the copy it defers to by the lock's owner
-        driver = self._driver(manager)
         if not driver.capabilities.listing:  # get_result cannot read a waiting job back from this driver
             self._write(self._store(manager, "enqueueing a task"), queued.id, self._waiting(task, queued))
-        sent = manager.send_queued(connection, [queued])[0]
-        bound = inspect.BoundArguments(cls.SIGNATURE, made.arguments)
-        if sent is None:
+        if manager.send_queued(connection, [queued])[0] is None:
             return self._duplicate(manager, task, queued)
-        result = TaskResult(
-            task=task,
-            id=queued.id,
-            status=TaskResultStatus.READY,
-            enqueued_at=_stamp(queued.dispatched_at),
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=list(bound.args),
-            kwargs=dict(bound.kwargs),
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
+        if kwargs or len(args) != len(made.arguments):
+            bound = inspect.BoundArguments(cls.SIGNATURE, made.arguments)
+            args, kwargs = bound.args, bound.kwargs
+        result = _ready(
+            task, queued.id, datetime.fromtimestamp(queued.dispatched_at, tz=_UTC), args, kwargs, self.alias
         )
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -526,6 +530,64 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc, unused-ignore]
         self._write(store, queued.id, record)
         if status in ("SUCCESSFUL", "FAILED"):
             task_finished.send(type(self), task_result=self._result(queued.id, record))
+
+
+_READY = TaskResultStatus.READY
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: TaskResult's fields, as this module fills them in :func:`_ready`.
+_FIELDS = {
+    "task",
+    "id",
+    "status",
+    "enqueued_at",
+    "started_at",
+    "finished_at",
+    "last_attempted_at",
+    "args",
+    "kwargs",
+    "backend",
+    "errors",
+    "worker_ids",
+    "_return_value",
+}
+_FILLED_DIRECTLY = {field.name for field in dataclasses.fields(TaskResult)} == _FIELDS
+
+
+def _ready(task: Any, task_id: str, enqueued_at: datetime, args: Any, kwargs: dict[str, Any], alias: str) -> Any:
+    """A READY TaskResult, as ``TaskResult(...)`` makes it. Arguments of plain
+    values (what most calls pass) are filled in directly: the constructor's JSON
+    normalisation would return them as they are, and it is most of the cost."""
+    if kwargs or not _FILLED_DIRECTLY or not _SCALARS.issuperset(map(type, args)):
+        return TaskResult(
+            task=task,
+            id=task_id,
+            status=_READY,
+            enqueued_at=enqueued_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=alias,
+            errors=[],
+            worker_ids=[],
+        )
+    made = object.__new__(TaskResult)
+    put = object.__setattr__
+    put(made, "task", task)
+    put(made, "id", task_id)
+    put(made, "status", _READY)
+    put(made, "enqueued_at", enqueued_at)
+    put(made, "started_at", None)
+    put(made, "finished_at", None)
+    put(made, "last_attempted_at", None)
+    put(made, "args", list(args))
+    put(made, "kwargs", {})
+    put(made, "backend", alias)
+    put(made, "errors", [])
+    put(made, "worker_ids", [])
+    put(made, "_return_value", None)
+    return made
 
 
 # -- the workers' side: rainier_sync's signals, for jobs that are tasks ---------------------------
