@@ -63,3 +63,17 @@ def record(name: str) -> None:
 @task(timeout=1)
 def overruns() -> None:
     time.sleep(30)
+
+
+@task(tries=2, backoff=0)
+def returns_a_set() -> Any:
+    return {1, 2}
+
+
+@task()
+def keywords(a: int, *, scale: int = 1) -> int:
+    return a * scale
+
+
+async def not_sync() -> None:
+    """Not a task: async functions are refused (see the tests)."""

@@ -74,9 +74,11 @@ def test_each_failed_attempt_is_an_error_and_a_retry_can_succeed(manager: QueueM
     assert len(result.worker_ids) == 3 and result.attempts == 3
 
 
-def test_the_last_failed_attempt_fails_the_task(manager: QueueManager, tasks: ModuleType) -> None:
+def test_the_last_failed_attempt_fails_the_task(manager: QueueManager, tasks: ModuleType, heard: Heard) -> None:
     result = tasks.boom.enqueue()
     drain(manager)
+    assert len(heard.of("started", result.id)) == 2
+    assert [status(r) for r in heard.of("finished", result.id)] == ["FAILED"]
     result.refresh()
     assert status(result) == "FAILED"
     assert [e.exception_class_path for e in result.errors] == ["builtins.LookupError"] * 2
@@ -107,6 +109,7 @@ def test_a_running_task_is_running_and_the_signals_are_sent(
         running = tasks.blocker.get_result(result.id)
         assert status(running) == "RUNNING" and running.started_at is not None and running.finished_at is None
         assert len(running.worker_ids) == 1
+        assert running.worker_ids[0] in [w.id for w in manager.workers()]
         tasks.GATES["g"].set()
         finished = heard.wait("finished", result.id)
     finally:
@@ -208,7 +211,7 @@ def test_what_the_backend_supports(tasks: ModuleType) -> None:
     backend = tasks.add.get_backend()
     assert isinstance(backend, TasksBackend)
     assert backend.supports_defer and backend.supports_get_result and not backend.supports_async_task
-    assert backend.keep_result == DEFAULT_KEEP_RESULT
+    assert backend.keep_result == DEFAULT_KEEP_RESULT == 7 * 86400
     assert job_class_for(tasks.add, backend.keep_result).KEEP_RESULT == DEFAULT_KEEP_RESULT
     assert job_class_for(tasks.flaky, backend.keep_result).TRIES == 3
 
@@ -235,7 +238,7 @@ def test_keep_result_sets_how_long_a_result_is_kept(tasks_settings: dict[str, An
         finally:
             rainier_sync.set_instance(previous)
     assert status(result) == "SUCCESSFUL"
-    assert store_calls[-1] == 90 and all(ttl > 90 for ttl in store_calls[:-1])
+    assert store_calls[-1] == 90 and store_calls[:-1] and all(ttl == 90 + 7 * 86400 for ttl in store_calls[:-1])
 
 
 def test_without_a_lock_store_it_says_so(tasks: ModuleType) -> None:
@@ -310,3 +313,63 @@ def test_it_runs_on_the_framework_of_this_django() -> None:
     from rainier_sync.django.tasks import FRAMEWORK
 
     assert FRAMEWORK == ("django.tasks" if django.VERSION >= (6,) else "django_tasks")
+
+
+def test_on_a_driver_that_ignores_priority_a_priority_is_refused(tasks: ModuleType) -> None:
+    from rainier_sync.drivers import SyncQueue
+    from rainier_sync.locks import MemoryLockStore
+
+    manager = QueueManager(connections={"sync": SyncQueue()}, locks=MemoryLockStore())
+    previous = rainier_sync.set_instance(manager)
+    try:
+        backend = tasks.add.get_backend()
+        assert backend.supports_priority is False
+        with pytest.raises(InvalidTaskError, match="priority"):
+            tasks.add.using(priority=5).enqueue(1)
+        result = tasks.add.enqueue(1, 2)  # the sync driver runs it inline, before enqueue returns
+        assert status(result) == "READY"
+        result.refresh()
+        assert status(result) == "SUCCESSFUL" and result.return_value == 3 and len(result.worker_ids) == 1
+    finally:
+        rainier_sync.set_instance(previous)
+
+
+@pytest.mark.parametrize("manager", ["memory"], indirect=True)
+def test_a_return_value_that_is_not_json_fails_the_attempt_naming_its_type(
+    manager: QueueManager, tasks: ModuleType
+) -> None:
+    result = tasks.returns_a_set.enqueue()
+    drain(manager)
+    result.refresh()
+    assert status(result) == "FAILED" and len(result.errors) == 2
+    assert "set" in result.errors[0].traceback
+
+
+@pytest.mark.parametrize("manager", ["memory"], indirect=True)
+def test_args_and_kwargs_are_as_the_signature_binds_them(manager: QueueManager, tasks: ModuleType) -> None:
+    result = tasks.keywords.enqueue(a=2, scale=3)
+    assert result.args == [2] and result.kwargs == {"scale": 3}
+    again = tasks.keywords.get_result(result.id)
+    assert again.args == [2] and again.kwargs == {"scale": 3}
+    drain(manager)
+    assert tasks.keywords.get_result(result.id).return_value == 6
+
+
+def test_async_tasks_are_refused(tasks: ModuleType) -> None:
+    from rainier_sync.django.tasks import RainierTask
+
+    with pytest.raises(InvalidTaskError, match="async"):
+        RainierTask(func=tasks.not_sync)
+
+
+def test_an_empty_queues_list_allows_any_queue(tasks: ModuleType) -> None:
+    manager = QueueManager(connections={"m": MemoryQueue()})
+    previous = rainier_sync.set_instance(manager)
+    try:
+        with override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": []}}):
+            result = tasks.add.using(queue_name="anything").enqueue(1)
+            assert manager.connection().size("anything") == 1
+            Worker(manager, options=WorkerOptions(queues=["anything"], once=True)).run()
+            assert tasks.add.get_result(result.id).return_value == 1
+    finally:
+        rainier_sync.set_instance(previous)
