@@ -29,7 +29,7 @@ from ..errors import ConfigurationError
 from ..execution import result_key
 from ..functions import FunctionJob, job
 from ..jobs import JobContext, check_job_class
-from ..manager import instance
+from ..manager import QueueManager, instance
 from ..types import ExceptionInfo, QueuedJob, decode, encode
 
 try:  # Django 6
@@ -65,7 +65,6 @@ except ImportError:  # Django 4.2-5.2 with the django-tasks package
 
 if TYPE_CHECKING:
     from ..locks.base import LockStore
-    from ..manager import QueueManager
     from ..registry import JobRegistry
 
 __all__ = [
@@ -504,8 +503,16 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc, unused-ignore]
             return record
         return self._waiting(_TASKS[queued.name], queued)
 
+    def _worker_store(self, sender: Any) -> LockStore:
+        """The lock store of the manager running an attempt: the worker's (or the
+        manager's, for ``dispatch_now``), else the instance's."""
+        manager = sender if isinstance(sender, QueueManager) else getattr(sender, "manager", None)
+        if not isinstance(manager, QueueManager) or manager.locks is None:
+            manager = self.manager
+        return self._store(manager, "running a task")
+
     def _started(self, sender: Any, queued: QueuedJob) -> None:
-        store = self._store(self.manager, "running a task")
+        store = self._worker_store(sender)
         record = self._recorded(queued, store)
         now = _clock.now()
         record["status"] = "RUNNING"
@@ -516,8 +523,8 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc, unused-ignore]
         self._write(store, queued.id, record)
         task_started.send(type(self), task_result=self._result(queued.id, record))
 
-    def _settled(self, queued: QueuedJob, status: str, info: ExceptionInfo | None = None) -> None:
-        store = self._store(self.manager, "running a task")
+    def _settled(self, sender: Any, queued: QueuedJob, status: str, info: ExceptionInfo | None = None) -> None:
+        store = self._worker_store(sender)
         record = self._recorded(queued, store)
         if info is not None:
             record["errors"] = [*record.get("errors", []), _error_of(info)]
@@ -632,16 +639,16 @@ def _attempt_failed(backend: TasksBackend, sender: Any, queued: QueuedJob, **kwa
     info = kwargs.get("exception")
     if not isinstance(info, ExceptionInfo):
         info = ExceptionInfo(kind="Exception", message=str(kwargs.get("error", "")))
-    backend._settled(queued, "FAILED" if kwargs.get("final_attempt") else "READY", info)
+    backend._settled(sender, queued, "FAILED" if kwargs.get("final_attempt") else "READY", info)
 
 
 @_on(signals.job_processed)
 def _processed(backend: TasksBackend, sender: Any, queued: QueuedJob, **kwargs: Any) -> None:
-    backend._settled(queued, "SUCCESSFUL")
+    backend._settled(sender, queued, "SUCCESSFUL")
 
 
 def _handed_back(backend: TasksBackend, sender: Any, queued: QueuedJob, **kwargs: Any) -> None:
-    backend._settled(queued, "READY")
+    backend._settled(sender, queued, "READY")
 
 
 for _signal in (signals.job_interrupted, signals.job_deferred):

@@ -288,7 +288,7 @@ def test_a_worker_with_its_own_registry_runs_tasks_it_registered(tmp_path: Any, 
     registry = JobRegistry()
     assert register_tasks(registry) >= 1 and "tests.django_tasks.tasks.add" in registry
     runner = QueueManager(connections={"db": DatabaseQueue.from_url(url)}, registry=registry)
-    previous = rainier_sync.set_instance(runner)
+    previous = rainier_sync.set_instance(sender)  # the worker records in its own manager's store: the same tables
     try:
         drain(runner)
         assert tasks.add.get_result(result.id).return_value == 11
