@@ -374,3 +374,18 @@ def test_an_empty_queues_list_allows_any_queue(tasks: ModuleType) -> None:
             assert tasks.add.get_result(result.id).return_value == 1
     finally:
         rainier_sync.set_instance(previous)
+
+
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        ({"tries": 0}, "tries must be an int >= 1, got 0"),
+        ({"timeout": -1}, "timeout must be a positive number of seconds, got -1"),
+        ({"unique_for": "1h"}, "unique_for must be a positive number of seconds, got '1h'"),
+    ],
+)
+def test_bad_task_options_are_refused_naming_them(tasks: ModuleType, options: dict[str, Any], error: str) -> None:
+    from rainier_sync.django.tasks import RainierTask
+
+    with pytest.raises(InvalidTaskError, match=f"task tests.django_tasks.tasks.add: {error}"):
+        RainierTask(func=tasks.add.func, **options)
