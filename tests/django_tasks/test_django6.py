@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -17,6 +18,10 @@ def test_the_backend_on_django_6() -> None:
         python = django6.build()
     except django6.Unavailable as exc:
         pytest.skip(f"no Django 6 run: {exc}")
+    except subprocess.CalledProcessError as exc:  # Python 3.12 is there, but the venv could not be built
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"no Django 6 run: building {django6.VENV} failed: {exc}")
     done = django6.run_tests(python)
     tail = (done.stdout + done.stderr)[-6000:]
     assert done.returncode == 0, tail
