@@ -1,0 +1,1 @@
+"""rainier_sync for Django."""
