@@ -64,7 +64,7 @@ except ImportError:  # Django 4.2-5.2 with the django-tasks package
     FRAMEWORK = "django_tasks"
 
 if TYPE_CHECKING:
-    from ..locks.base import LockStore
+    from ..state.base import LockStore
     from ..registry import JobRegistry
 
 __all__ = [
