@@ -63,6 +63,7 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                             ready.extendleft(reversed(batch))
                             raise
                         got = [r for r, ok in zip(batch, acquired, strict=True) if ok]
+                        self._reach_past(got)
                         for record, ok in zip(batch, acquired, strict=True):
                             if not ok:
                                 self._contended(record, now)
@@ -83,7 +84,8 @@ class KafkaSession(KafkaConsumer, base.Consumer):
 
     def _not_done(self, records: list[_Record]) -> list[_Record]:
         """Of records whose leases were just taken, those to hand out: a record that
-        may have run under an earlier owner of its partition (its lease lapsed since)
+        may have run under an earlier owner of its partition, or under this consumer
+        before the partition was taken away and given back (its lease lapsed since),
         is passed when its done marker says it finished."""
         suspects = [r for r in records if r.offset < r.part.suspect_to and not r.handouts]
         if not suspects:

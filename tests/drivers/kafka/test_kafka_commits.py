@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from rainier_sync import Container, JobRegistry, QueueManager
-from rainier_sync.errors import QueueUnavailableError
+from rainier_sync.errors import CapabilityError, QueueUnavailableError
+from rainier_sync.locks import MemoryLockStore
 from tests.drivers.kafka.test_kafka_driver import make, queued
 from tests.services.tansu import Tansu, tansu_binary
 from tests.support import freeze_process, wait_until
@@ -176,8 +177,6 @@ def _frozen() -> Any:
 
 
 def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, names: dict[str, str]) -> None:
-    from rainier_sync.locks import MemoryLockStore
-
     locks = MemoryLockStore()
     with _frozen() as frozen:
         first = make(kafka_brokers, names, locks, partitions=1, lease=30)
@@ -198,6 +197,85 @@ def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, nam
         finally:
             second.close()
             first.close()
+
+
+class NoValues(MemoryLockStore):
+    """A lock store that keeps locks and nothing else (as a store of one's own may)."""
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        raise CapabilityError("this lock store cannot keep values (put_value)")
+
+    def get_value(self, key: str) -> str | None:
+        raise CapabilityError("this lock store cannot keep values (get_value)")
+
+
+@pytest.mark.parametrize("locks", [MemoryLockStore, NoValues], ids=["reach", "no-values"])
+def test_a_job_finished_before_its_worker_died_is_passed_once_its_lease_lapsed(
+    kafka_brokers: str, names: dict[str, str], locks: type[MemoryLockStore]
+) -> None:
+    """The broker lost the group's commits (as a crashed broker can), so its
+    offsets say nothing of what ran there: the partition's reach in the lock
+    store (or, in a store without values, a check of every record) has the next
+    owner look for the finished job's done marker although its lease is free."""
+    store = locks()
+    with _frozen() as frozen:
+        first = make(kafka_brokers, names, store, partitions=1, lease=30)
+        second = make(kafka_brokers, names, store, partitions=1, lease=30)
+        try:
+            slow, quick = queued(n=0), queued(n=1)
+            first.push_many([slow, quick])
+            running, done = first.reserve_many(["work"], 2)
+            first.acknowledge(done)  # finished behind a job still running: not committed
+            first._let_go = lambda *args, **kw: None  # dies without a word
+            consumer, first._consumer = first._consumer, None
+            consumer.close()
+            for future in first._client.admin.delete_consumer_groups([names["group"]]).values():
+                future.result(timeout=10)  # the group's committed offsets are gone
+            frozen.tick(31)  # both leases lapse; the done marker lives max(lease, 60) s
+            again = second.reserve_many(["work"], 5)
+            assert [job.id for job in again] == [slow.id], "the job that died runs again; the finished one not"
+            second.acknowledge(again[0])
+            assert second.reserve_many(["work"], 5) == []
+            second._session.commit_now()
+            assert committed(second) == 2, "the finished job is committed past without running"
+        finally:
+            second.close()
+            first.close()
+
+
+class CountingStore(MemoryLockStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+        self.puts: list[str] = []
+
+    def renew_many(self, items: Any, ttl: float) -> list[bool]:
+        self.checks += sum(1 for key, _ in items if ":done:" in key)
+        return super().renew_many(items, ttl)
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        self.puts.append(value)
+        super().put_value(key, value, ttl)
+
+
+def test_a_drain_on_one_assignment_checks_no_done_marker_and_stores_its_reach_once_per_1000_records(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    store = CountingStore()
+    q = make(kafka_brokers, names, store, partitions=1, buffer=600)
+    try:
+        q.push_many([queued(n=i) for i in range(1500)])
+        ran = 0
+        while ran < 1500:
+            jobs = q.reserve_many(["work"], 200)
+            assert jobs, f"the drain stopped after {ran} jobs"
+            q.acknowledge_many(jobs)
+            ran += len(jobs)
+        assert store.checks == 0, "no record past the reach can have run elsewhere"
+        # Set 1,000 past the last record of the batch that reached it: offsets 199, then 1,399.
+        assert store.puts == ["1200", "2400"], "the reach, stored once per 1,000 records"
+    finally:
+        q.close()
 
 
 @pytest.mark.slow
