@@ -50,6 +50,7 @@ class KafkaConsumer(PartitionBook):
         self.timeout = timeout
         #: Longest wait for the group to hand this consumer its partitions.
         self.join_timeout = timeout
+        self.commit_wait = timeout
         #: Longest wait, in ``reserve``, for records known to be on the broker.
         self.read_wait = 3.0
         self._token = uuid.uuid4().hex[:12]
@@ -154,8 +155,14 @@ class KafkaConsumer(PartitionBook):
             # its key with the copy, which must still run.
             unmarked.extend(r for r in part.finished() if not r.marked)
         if offsets and not lost:
+            # Sent before the consumer rejoins, on the same connection to the
+            # coordinator; not waited for (a callback cannot serve the answer, and
+            # librdkafka's synchronous commit waits without end for a coordinator
+            # that does not answer). One that does not land has the next owner
+            # re-read finished records, which their done markers pass.
             try:
-                consumer.commit(offsets=offsets, asynchronous=False)
+                consumer.commit(offsets=offsets, asynchronous=True)
+                self._commits_sent += 1
             except KafkaException as exc:
                 log.warning("kafka: commit on revoke failed (the next owner re-reads those records): %s", exc)
         if unmarked:
@@ -208,6 +215,9 @@ class KafkaConsumer(PartitionBook):
             heapq.heappush(self._parked.setdefault(queue, []), (job.available_at, record))
         else:
             self._ready.setdefault(queue, collections.deque()).append(record)
+
+    def _serve(self, consumer: Consumer, wait: float) -> None:
+        self._take_in(consumer.poll(wait))
 
     def _consumer_error(self, err: KafkaError) -> None:
         code = err.code()

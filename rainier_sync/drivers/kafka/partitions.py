@@ -48,6 +48,10 @@ class PartitionBook:
         self._parts: dict[TP, _Partition] = {}
         self._last_commit = 0.0
         self._commit_sent_at: float | None = None  # the outstanding asynchronous commit
+        #: Longest wait for the broker to answer a commit made now (``force``).
+        self.commit_wait = 30.0
+        self._commits_sent = 0
+        self._commits_answered = 0  # commits answer in the order they were sent
         self._next_renewal = 0.0  # of done markers whose commit is held back
         self._quiet_until: dict[Any, float] = {}
 
@@ -122,6 +126,7 @@ class PartitionBook:
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """The broker answered an asynchronous commit (served by poll/consume)."""
         self._commit_sent_at = None
+        self._commits_answered += 1
         refused = []
         for tp in partitions:
             failed = err if err is not None else tp.error
@@ -189,39 +194,54 @@ class PartitionBook:
     def _live_part(self, part: _Partition) -> bool:
         return self._parts.get(part.tp) is part
 
-    def _commit(self, consumer: Consumer, *, force: bool = False) -> None:
+    def _serve(self, consumer: Consumer, wait: float) -> None:
+        """Serve the consumer's callbacks (``_on_commit``) for up to ``wait`` seconds."""
+        consumer.poll(wait)
+
+    def _commit(self, consumer: Consumer, *, force: bool = False, wait: float | None = None) -> bool:
         """Commit, per partition, the offset below which every record is done.
 
         Asynchronous and coalesced: while a commit awaits the broker's answer
         (``_on_commit``) none is sent, and the next carries the latest offsets;
         a refused one is not confirmed, so it is sent again. ``force`` commits
-        synchronously now."""
+        now and waits for the broker's answer, at most ``wait`` seconds (default
+        ``commit_wait``; librdkafka's synchronous commit waits without end for a
+        coordinator that does not answer); False when it did not come."""
         if _clock.now() >= self._next_renewal:
             self._renew_marks(_clock.now())
         now = _clock.monotonic()
         if not force:
             sent = self._commit_sent_at
             if sent is not None and now - sent < _COMMIT_STALE:
-                return
+                return True
             if now - self._last_commit < self.commit_interval:
-                return
+                return True
         commits = []
         for part in self._parts.values():
             point = part.commit_point()
             if point > part.committed:
                 commits.append(TopicPartition(part.tp[0], part.tp[1], point))
         if not commits:
-            return
+            return True
         self._last_commit = now
         try:
-            if not force:
-                consumer.commit(offsets=commits, asynchronous=True)
-                self._commit_sent_at = now
-                return
-            for tp in consumer.commit(offsets=commits, asynchronous=False) or []:
-                confirmed = self._parts.get((tp.topic, tp.partition))
-                if confirmed is not None and tp.error is None and tp.offset >= 0:
-                    confirmed.confirm(tp.offset)
+            consumer.commit(offsets=commits, asynchronous=True)
         except KafkaException as exc:
             if _code(exc) != KafkaError._NO_OFFSET:
                 log.warning("kafka: commit failed (sent again with the next one): %s", exc)
+            return True
+        self._commits_sent += 1
+        self._commit_sent_at = now
+        if not force:
+            return True
+        mine = self._commits_sent
+        limit = self.commit_wait if wait is None else wait
+        deadline = now + limit
+        while self._commits_answered < mine:
+            left = deadline - _clock.monotonic()
+            if left <= 0:
+                log.warning("kafka: the broker did not answer a commit within %gs (sent again with the next one)",
+                            limit)
+                return False
+            self._serve(consumer, min(0.05, left))
+        return True

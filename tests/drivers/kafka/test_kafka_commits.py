@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import threading
 import time
 from typing import Any
 
@@ -164,6 +165,49 @@ def test_dispatch_and_reserve_with_the_broker_down_raise_queue_unavailable_namin
         assert time.monotonic() - started < 20
     finally:
         os.kill(private_tansu.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        manager.close()
+
+
+def in_thread(call: Any, wait: float) -> tuple[bool, list[BaseException]]:
+    """Run ``call`` in a thread of its own; whether it ended within ``wait`` seconds, and what it raised."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(wait)
+    return not thread.is_alive(), raised
+
+
+def test_size_and_close_with_the_broker_frozen_end_within_the_timeout(
+    private_tansu: Tansu, names: dict[str, str]
+) -> None:
+    """librdkafka's synchronous commit, and its close with a commit unanswered,
+    wait without end for a coordinator that stopped answering: the driver waits
+    ``timeout`` for the answer instead, then raises (size) or gives up (close)."""
+    q = make(private_tansu.bootstrap, names, partitions=1, timeout=3)
+    manager = QueueManager({"events": q}, registry=JobRegistry(), container=Container())
+    assert private_tansu.proc is not None
+    try:
+        q.push_many([queued(n=0), queued(n=1)])
+        jobs = q.reserve_many(["work"], 2)
+        assert jobs
+        freeze_process(private_tansu.proc.pid)  # the broker stops answering
+        q.acknowledge_many(jobs)  # its commit goes out, and no answer comes
+        ended, raised = in_thread(lambda: q.size("work"), 60)
+        assert ended, "size() waits for the commit's answer at most timeout"
+        assert len(raised) == 1 and isinstance(raised[0], QueueUnavailableError), raised
+        assert "'events'" in str(raised[0]) and "not answered" in str(raised[0])
+        ended, raised = in_thread(q.close, 60)
+        assert ended, "close() ends although the broker never answers the commit it left outstanding"
+        assert raised == []
+    finally:
+        os.kill(private_tansu.proc.pid, signal.SIGCONT)
         manager.close()
 
 
