@@ -1,4 +1,5 @@
-"""Worker processes against tansu: rebalances, kill -9, SIGTERM and a broker restart, counted on a ledger.
+"""Worker processes against tansu: rebalances, kill -9, SIGTERM, a broker restart and a broker kill -9,
+counted on a ledger.
 
 Every attempt of a job appends its number to a ledger file as it ends. A job
 missing from the ledger was lost; a number on it twice is a job run again.
@@ -102,8 +103,7 @@ def workers(kafka_brokers: str, redis_url: str, shared_locks: Any, names: dict[s
 
 def driver(brokers: str, names: dict[str, str], **options: Any) -> Any:
     # One record per producer batch: tansu's end offsets are right only then
-    # (see docs/drivers/kafka.rst), and a new owner trusts them to know which
-    # records an earlier owner may have run.
+    # (see docs/drivers/kafka.rst), and the dead-letter listing reads to them.
     return app.build(brokers, names["group"], names["prefix"], MemoryLockStore(),
                      producer_config={"batch.num.messages": 1}, **options)
 
