@@ -223,11 +223,14 @@ def _frozen() -> Any:
     return freeze_time(datetime.datetime.now(datetime.timezone.utc), tick=True)
 
 
-def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, names: dict[str, str]) -> None:
+def test_done_markers_and_the_reach_below_them_outlive_a_long_wait_for_the_commit(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
     locks = MemoryLockStore()
     with _frozen() as frozen:
         first = make(kafka_brokers, names, locks, partitions=1, lease=30)
         second = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        first._session.reach_ttl = 60.0  # as short as the markers' life, to see it renewed
         try:
             slow, quick = queued(n=0), queued(n=1)
             first.push_many([slow, quick])
@@ -236,10 +239,14 @@ def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, nam
             for _ in range(20):  # the slow job runs 200 s, far past the markers' life, renewing its lease
                 frozen.tick(10)
                 first.extend(running)
-            # The first worker dies without a word: its partition goes to the second.
+            # The first worker dies without a word: its partition goes to the second,
+            # and the broker has lost the group's commits: only the reach tells the
+            # second that the quick job, its lease long lapsed, may have run.
             first._let_go = lambda *args, **kw: None
             consumer, first._consumer = first._consumer, None
             consumer.close()
+            for future in first._client.admin.delete_consumer_groups([names["group"]]).values():
+                future.result(timeout=10)
             assert second.reserve_many(["work"], 5) == [], "the slow job still runs; the quick one is done"
         finally:
             second.close()
@@ -256,14 +263,23 @@ class NoValues(MemoryLockStore):
         raise CapabilityError("this lock store cannot keep values (get_value)")
 
 
-@pytest.mark.parametrize("locks", [MemoryLockStore, NoValues], ids=["reach", "no-values"])
+class ValuesUnreadable(MemoryLockStore):
+    """A lock store whose values cannot be read (a failing call each time)."""
+
+    def get_value(self, key: str) -> str | None:
+        raise ConnectionError("the lock store does not answer")
+
+
+@pytest.mark.parametrize("locks", [MemoryLockStore, NoValues, ValuesUnreadable],
+                         ids=["reach", "no-values", "reach-unreadable"])
 def test_a_job_finished_before_its_worker_died_is_passed_once_its_lease_lapsed(
     kafka_brokers: str, names: dict[str, str], locks: type[MemoryLockStore]
 ) -> None:
     """The broker lost the group's commits (as a crashed broker can), so its
     offsets say nothing of what ran there: the partition's reach in the lock
     store (or, in a store without values, a check of every record) has the next
-    owner look for the finished job's done marker although its lease is free."""
+    owner look for the finished job's done marker although its lease is free.
+    So does a reach that cannot be read at the assignment: every record is checked."""
     store = locks()
     with _frozen() as frozen:
         first = make(kafka_brokers, names, store, partitions=1, lease=30)
