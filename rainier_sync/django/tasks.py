@@ -64,8 +64,8 @@ except ImportError:  # Django 4.2-5.2 with the django-tasks package
     FRAMEWORK = "django_tasks"
 
 if TYPE_CHECKING:
-    from ..state.base import LockStore
     from ..registry import JobRegistry
+    from ..state.base import LockStore
 
 __all__ = [
     "TasksBackend",
