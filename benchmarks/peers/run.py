@@ -5,7 +5,7 @@
         [--n 10000] [--repeat 3] [--probes 200] [--json results.json]
 
 See README.rst beside this file for what each figure means. Every sample of a
-workload is interleaved across the peers (rep 1: A B C, rep 2: A B C ...) and
+workload is interleaved across the peers (rep 1: A B C, rep 2: B C A ...) and
 the tables show medians. Every drain is recounted from the records its jobs
 wrote (outside the library under test) after its workers stopped; a drain
 that lost or doubled jobs is reported as such, never as a rate.
@@ -526,8 +526,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 found, why = run_limits(args, pg_dsn if database_made else None, workdir)
                 limit_values += found
                 limits_skipped += [w for w in why if w not in limits_skipped]
+            # The order of the peers turns by one each repeat, so none is always first (or last) after a change of load.
+            names = list(adapters)
+            turn = (rep - 1) % max(1, len(names))
             for workload in order:
-                for name, adapter in adapters.items():
+                for name in names[turn:] + names[:turn]:
+                    adapter = adapters[name]
                     sample: dict[str, Any] = {"peer": name, "workload": workload, "rep": rep}
                     started = time.perf_counter()
                     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.base import Adapter, record_run, script
+from adapters.base import Adapter, Settings, record_run, script
 
 
 def noop(index: int) -> None:
@@ -18,7 +18,7 @@ class RqAdapter(Adapter):
     job_module = "adapters.peer_rq"
     batch_api = "Queue.enqueue_many([Queue.prepare_data(...)])"
 
-    def __init__(self, settings):  # type: ignore[no-untyped-def]
+    def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         import redis
         from rq import Queue
