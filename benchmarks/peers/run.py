@@ -554,6 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for adapter in adapters.values():
             with contextlib.suppress(Exception):
                 adapter.close()
+        if runner.redis is not None:
+            with contextlib.suppress(Exception):
+                runner.redis.flushdb()
         if database_made:
             try:
                 drop_database(args.pg_admin_dsn, args.pg_database)

@@ -10,8 +10,10 @@ import importlib.util
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -121,3 +123,62 @@ def test_recount_names_lost_and_doubled_jobs(tmp_path: pathlib.Path) -> None:
     assert counted.describe() == "5 records for 4 jobs: 1 lost, 1 run twice or more, 1 unknown"
     records.write_bytes(b"".join(RECORD % (index, 1.5) for index in range(4)))
     assert recount(records, 4).exact
+
+
+def test_a_drain_past_its_timeout_is_a_failure_not_a_rate(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "peers.json"
+    command = [sys.executable, str(RUNNER), "--peers", "rainier-sqlite", "--workloads", "drain", "--n", "20"]
+    command += ["--repeat", "1", "--drain-timeout", "0", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (sample,) = json.loads(out.read_text())["samples"]
+    assert not sample["ok"] and sample["error"].startswith("drain not done after --drain-timeout 0s")
+    assert "drain_jobs_s" not in sample
+    assert "rainier-sqlite drain rep 1: failed: drain not done" in done.stdout
+
+
+def test_workers_that_ignore_sigterm_are_killed_with_their_children(tmp_path: pathlib.Path) -> None:
+    from adapters.base import Workers
+
+    pids = tmp_path / "pids"
+    stubborn = (
+        "import os, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(600)\n"
+    )
+    with open(tmp_path / "log", "wb") as log:
+        workers = Workers([[sys.executable, "-c", stubborn]], dict(os.environ), str(tmp_path), log)
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        leader, child = (int(pid) for pid in pids.read_text().split())
+        workers.stop(grace=0.5)
+    assert workers.exited() == [-signal.SIGKILL]
+    deadline = time.monotonic() + 30
+    while pid_alive(child) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not pid_alive(child), "the worker's child outlived it"
+    assert not pid_alive(leader)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, reaped by init soon, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_sample_past_the_sample_timeout_is_stopped_and_reported(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "peers.json"
+    # 50 probes, each after a pause of up to 100 ms (seeded: 2.6 s in all), cannot finish within 1 s.
+    command = [sys.executable, str(RUNNER), "--peers", "rainier-sqlite", "--workloads", "latency", "--probes", "50"]
+    command += ["--gap-ms", "100", "--repeat", "1", "--sample-timeout", "1", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (sample,) = json.loads(out.read_text())["samples"]
+    assert not sample["ok"] and sample["error"] == "the sample ran past --sample-timeout 1s"
