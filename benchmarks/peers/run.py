@@ -308,9 +308,7 @@ def render(headers: list[str], rows: list[list[str]], style: str) -> str:
     figures = [bool(rows) and all(is_figure(r[i]) for r in rows) for i in range(len(headers))]
 
     def line(cells: list[str], sep: str) -> str:
-        return sep.join(
-            c.rjust(w) if f else c.ljust(w) for c, w, f in zip(cells, widths, figures, strict=True)
-        ).rstrip()
+        return sep.join(c.rjust(w) if f else c.ljust(w) for c, w, f in zip(cells, widths, figures, strict=True))
 
     if style == "markdown":
         out = ["| " + line(headers, " | ") + " |"]
@@ -320,7 +318,7 @@ def render(headers: list[str], rows: list[list[str]], style: str) -> str:
         out += ["| " + line(r, " | ") + " |" for r in rows]
         return "\n".join(out)
     rule = "  ".join("=" * w for w in widths)
-    return "\n".join([rule, line(headers, "  "), rule, *(line(r, "  ") for r in rows), rule])
+    return "\n".join([rule, line(headers, "  ").rstrip(), rule, *(line(r, "  ").rstrip() for r in rows), rule])
 
 
 def is_figure(cell: str) -> bool:
@@ -330,6 +328,31 @@ def is_figure(cell: str) -> bool:
 def values(samples: list[dict[str, Any]], key: str, workload: str | None = None) -> list[float | None]:
     """``key`` of every sample that did not fail (of ``workload`` only, when given)."""
     return [s.get(key) for s in samples if s.get("ok") and (workload is None or s["workload"] == workload)]
+
+
+FIGURES = ("enqueue_jobs_s", "bulk_jobs_s", "drain_jobs_s", "startup_s", "steady_jobs_s", "p50_ms", "p99_ms")
+
+
+def medians(peers: list[str], samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per peer: the median of each figure over the samples that did not fail, and what the drains recounted."""
+    found: dict[str, dict[str, Any]] = {}
+    for name in peers:
+        mine = [s for s in samples if s["peer"] == name]
+        got: dict[str, Any] = {
+            key: median(values(mine, key, "bulk" if key == "bulk_jobs_s" else None)) for key in FIGURES
+        }
+        drains = [s for s in mine if s["workload"] == "drain"]
+        exact = sum(1 for s in drains if s.get("exact"))
+        bad = [f"rep {s['rep']}: {s['recount']}" for s in drains if "recount" in s and not s.get("exact")]
+        failed = [s for s in mine if not s.get("ok")]
+        check = f"{exact}/{len(drains)} exact" if drains else "-"
+        if bad:
+            check += "; " + "; ".join(bad)
+        if failed:
+            check += f"; {len(failed)} failed"
+        got["drain_recount"] = check
+        found[name] = got
+    return found
 
 
 def summarise(report: dict[str, Any], style: str) -> str:
@@ -343,33 +366,21 @@ def summarise(report: dict[str, Any], style: str) -> str:
         "versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
         "",
     ]
-    samples = report["samples"]
     rows = []
-    for name in meta["peers"]:
-        mine = [s for s in samples if s["peer"] == name]
-
-        drains = [s for s in mine if s["workload"] == "drain"]
-        exact = sum(1 for s in drains if s.get("exact"))
-        bad = [f"rep {s['rep']}: {s['recount']}" for s in drains if "recount" in s and not s.get("exact")]
-        failed = [s for s in mine if not s.get("ok")]
-        check = f"{exact}/{len(drains)} exact" if drains else "-"
-        if bad:
-            check += "; " + "; ".join(bad)
-        if failed:
-            check += f"; {len(failed)} failed"
+    for name, got in report["medians"].items():
         rows.append(
             [
                 name,
                 meta["backends"][name],
                 meta["workers"][name],
-                fmt_rate(median(values(mine, "enqueue_jobs_s"))),
-                fmt_rate(median(values(mine, "bulk_jobs_s", "bulk"))),
-                fmt_rate(median(values(mine, "drain_jobs_s"))),
-                fmt_s(median(values(mine, "startup_s"))),
-                fmt_rate(median(values(mine, "steady_jobs_s"))),
-                fmt_ms(median(values(mine, "p50_ms"))),
-                fmt_ms(median(values(mine, "p99_ms"))),
-                check,
+                fmt_rate(got["enqueue_jobs_s"]),
+                fmt_rate(got["bulk_jobs_s"]),
+                fmt_rate(got["drain_jobs_s"]),
+                fmt_s(got["startup_s"]),
+                fmt_rate(got["steady_jobs_s"]),
+                fmt_ms(got["p50_ms"]),
+                fmt_ms(got["p99_ms"]),
+                got["drain_recount"],
             ]
         )
     headers = [
@@ -399,7 +410,11 @@ def summarise(report: dict[str, Any], style: str) -> str:
         ]
         lines.append(render(["machine limit", "median", "unit", "samples"], limit_rows, style))
     notes = [f"- {name}: skipped: {why}" for name, why in report["skipped"].items()]
-    notes += [f"- {s['peer']} {s['workload']} rep {s['rep']}: failed: {s['error']}" for s in samples if not s.get("ok")]
+    notes += [
+        f"- {s['peer']} {s['workload']} rep {s['rep']}: failed: {s['error']}"
+        for s in report["samples"]
+        if not s.get("ok")
+    ]
     notes += [f"- limits: {why}" for why in report["limits_skipped"]]
     if notes:
         lines += ["", *notes]
@@ -418,7 +433,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=10_000, help="jobs per enqueue, bulk and drain sample")
     parser.add_argument("--repeat", type=int, default=3, help="samples per peer and workload, interleaved")
     parser.add_argument("--probes", type=int, default=200, help="latency probes per sample")
-    parser.add_argument("--json", type=Path, help="also write every sample and the summary to this file")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the medians, every sample, the worker commands and the versions to this file",
+    )
     parser.add_argument("--format", choices=("markdown", "rst"), default="markdown")
     parser.add_argument("--concurrency", type=int, default=8, help="threads of each threaded worker")
     parser.add_argument("--processes", type=int, default=2, help="rq worker processes (rq has no threads)")
@@ -592,6 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for lib in sorted({adapters[name].library for name in peers} | {"redis", "psycopg"})
             },
         },
+        "medians": medians(peers, samples),
         "samples": samples,
         "limits": limit_values,
         "limits_skipped": limits_skipped,
