@@ -449,6 +449,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sample-timeout", type=float, default=900, help="any one sample, whatever it waits on")
     parser.add_argument("--limit-seconds", type=float, default=3, help="length of each loop of the limits workload")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workdir", type=Path, help="where the run's temporary directory goes (default: the system's)")
     parser.add_argument(
         "--redis-url", default="redis://127.0.0.1:6379/12", help="its database is flushed before each sample"
     )
@@ -483,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    workdir = Path(tempfile.mkdtemp(prefix="rainier-peers-"))
+    workdir = Path(tempfile.mkdtemp(prefix="rainier-peers-", dir=args.workdir))
     pg_dsn = with_database(args.pg_admin_dsn, args.pg_database)
     os.environ.update(
         PEERS_REDIS_URL=args.redis_url,

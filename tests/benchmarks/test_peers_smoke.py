@@ -48,7 +48,7 @@ def own_redis_db(redis_url: str) -> str:
 def run_peers(tmp_path: pathlib.Path, peers: str, *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     out = tmp_path / "peers.json"
     command = [sys.executable, str(RUNNER), "--peers", peers, "--n", "20", "--repeat", "1", "--probes", "5"]
-    command += ["--workloads", "enqueue,bulk,drain,latency", "--json", str(out), *extra]
+    command += ["--workloads", "enqueue,bulk,drain,latency", "--json", str(out), "--workdir", str(tmp_path), *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     report: dict[str, Any] = json.loads(out.read_text())
@@ -128,7 +128,7 @@ def test_recount_names_lost_and_doubled_jobs(tmp_path: pathlib.Path) -> None:
 def test_a_drain_past_its_timeout_is_a_failure_not_a_rate(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "peers.json"
     command = [sys.executable, str(RUNNER), "--peers", "rainier-sqlite", "--workloads", "drain", "--n", "20"]
-    command += ["--repeat", "1", "--drain-timeout", "0", "--json", str(out)]
+    command += ["--repeat", "1", "--drain-timeout", "0", "--json", str(out), "--workdir", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     (sample,) = json.loads(out.read_text())["samples"]
@@ -178,6 +178,7 @@ def test_a_sample_past_the_sample_timeout_is_stopped_and_reported(tmp_path: path
     # 50 probes, each after a pause of up to 100 ms (seeded: 2.6 s in all), cannot finish within 1 s.
     command = [sys.executable, str(RUNNER), "--peers", "rainier-sqlite", "--workloads", "latency", "--probes", "50"]
     command += ["--gap-ms", "100", "--repeat", "1", "--sample-timeout", "1", "--json", str(out)]
+    command += ["--workdir", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     (sample,) = json.loads(out.read_text())["samples"]
