@@ -325,7 +325,14 @@ class LeavesAZombie(Job):
             [orphan] = notes(self.log)
             note(self.log, str(os.path.exists(f"/proc/{orphan}")))
             return
-        orphan = int(subprocess.run(["sh", "-c", "setsid true & echo $!"], capture_output=True, check=True).stdout)
+        # The orphan exits only once the shell that started it ($0: its pid) has gone and
+        # it was adopted, so the shell never reaps it: it is left to this child. Its
+        # output goes nowhere, so the run below does not wait for it.
+        script = (
+            'setsid sh -c \'i=0; while [ "$(cut -d" " -f4 /proc/$$/stat)" = "$0" ] && [ $i -lt 1000 ]; '
+            'do i=$((i+1)); sleep 0.01; done\' "$$" >/dev/null 2>&1 & echo $!'
+        )
+        orphan = int(subprocess.run(["sh", "-c", script], capture_output=True, check=True).stdout)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # until it has exited, unreaped
             with open(f"/proc/{orphan}/stat", encoding="ascii") as stat:
