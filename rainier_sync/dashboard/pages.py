@@ -177,11 +177,15 @@ class _Current:
 
 
 def _render(req: PageRequest, template: str, status: int = 200, **context: Any) -> Page:
-    body = _environment().get_template(template).render(
-        url_for=req.url_for,
-        rainier_sync_csrf_token=req.csrf_token,
-        request=_Current(f"rainier_sync.{req.endpoint}"),
-        **context,
+    body = (
+        _environment()
+        .get_template(template)
+        .render(
+            url_for=req.url_for,
+            rainier_sync_csrf_token=req.csrf_token,
+            request=_Current(f"rainier_sync.{req.endpoint}"),
+            **context,
+        )
     )
     return Page(status=status, body=body)
 
