@@ -285,7 +285,7 @@ class DashboardApp:
         if self.token is None or sid is not None:
             return _Response(303, headers={"Location": index})
         if method in ("GET", "HEAD"):
-            return self._login_form(prefix, args.get("next", ""), None)
+            return self._login_form(prefix, cookies, args.get("next", ""), None)
         if method != "POST":
             return _error(405, f"{method} is not allowed here.")
         read = self._form(environ)
@@ -297,7 +297,8 @@ class DashboardApp:
             return _error(400, "The CSRF token is missing or does not match this session; reload the page.")
         if not hmac.compare_digest(read.get("token", "").encode(), self.token.encode()):
             logger.warning("rainier_sync dashboard: a login with a wrong token from %s", environ.get("REMOTE_ADDR"))
-            return self._login_form(prefix, read.get("next", ""), "That is not the dashboard's token.", status=401)
+            problem = "That is not the dashboard's token."
+            return self._login_form(prefix, cookies, read.get("next", ""), problem, status=401)
         target = read.get("next", "")
         # Only a path of this dashboard: never another site (``//host``) or scheme.
         if not target.startswith(index) or target.startswith("//") or "\\" in target:
@@ -307,8 +308,13 @@ class DashboardApp:
         response.cookies += [cookie, self._cookie(LOGIN_COOKIE, "", prefix, 0)]
         return response
 
-    def _login_form(self, prefix: str, target: str, problem: str | None, status: int = 200) -> _Response:
-        nonce = secrets.token_urlsafe(24)
+    def _login_form(
+        self, prefix: str, cookies: SimpleCookie, target: str, problem: str | None, status: int = 200
+    ) -> _Response:
+        # The nonce a form already on screen was made with is kept: the browser's other
+        # requests (a favicon, a second tab) come back here too, and must not void it.
+        held = cookies.get(LOGIN_COOKIE)
+        nonce = held.value if held is not None and len(held.value) >= 32 else secrets.token_urlsafe(24)
         body = _LOGIN.format(
             css=html.escape(f"{prefix}/static/dashboard.css"),
             action=html.escape(f"{prefix}/login"),
