@@ -102,6 +102,10 @@ class PageRequest:
     #: This session's CSRF token (called only by pages that have a form).
     csrf_token: Callable[[], str]
     form: Mapping[str, str] = field(default_factory=dict)
+    #: How the host renders a template with a page's context, when it has a Jinja
+    #: environment of its own (Flask's: the app's templates may override the pages');
+    #: None renders the shipped templates with Jinja2 directly.
+    render: Callable[[str, dict[str, Any]], str] | None = None
 
 
 @dataclass
@@ -177,15 +181,14 @@ class _Current:
 
 
 def _render(req: PageRequest, template: str, status: int = 200, **context: Any) -> Page:
-    body = (
-        _environment()
-        .get_template(template)
-        .render(
-            url_for=req.url_for,
-            rainier_sync_csrf_token=req.csrf_token,
-            request=_Current(f"rainier_sync.{req.endpoint}"),
-            **context,
-        )
+    if req.render is not None:
+        return Page(status=status, body=req.render(template, context))
+    shown = _environment().get_template(template)
+    body = shown.render(
+        url_for=req.url_for,
+        rainier_sync_csrf_token=req.csrf_token,
+        request=_Current(f"rainier_sync.{req.endpoint}"),
+        **context,
     )
     return Page(status=status, body=body)
 

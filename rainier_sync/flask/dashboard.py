@@ -35,7 +35,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
-from flask import Blueprint, Response, abort, current_app, redirect, request, session, url_for
+from flask import Blueprint, Response, abort, current_app, redirect, render_template, request, session, url_for
 from werkzeug.routing import BaseConverter, ValidationError
 
 from ..dashboard.pages import PageError, PageRequest, build_page, csrf_matches, security_headers
@@ -145,6 +145,8 @@ def _serve(**values: str) -> BaseResponse | tuple[str, int]:
         form=request.form.to_dict(flat=True),
         url_for=url_for,
         csrf_token=csrf_token,
+        # The app's Jinja environment: a template of the same name in the app's own folder overrides one.
+        render=lambda template, context: render_template(template, **context),
     )
     try:
         page = build_page(get_state().manager, page_request)
