@@ -120,3 +120,5 @@ def log_in(client: Client, token: str = TOKEN) -> None:
     assert form.status == 200
     done = client.post("/login", {"csrf_token": csrf(form.text), "token": token, "next": "/"})
     assert done.status == 303 and done.headers["Location"] == "/", done.text
+    (session,) = [c for c in done.headers.get_all("Set-Cookie") or [] if c.startswith("rainier_sync_session=")]
+    assert "; HttpOnly" in session and "; SameSite=Strict" in session and "; Max-Age=43200" in session

@@ -77,3 +77,21 @@ def test_an_app_template_overrides_the_flask_dashboards() -> None:
     flask_app.jinja_loader = DictLoader({"rainier_sync/workers.html": "the app's own: {{ minutes }} minutes"})  # type: ignore[method-assign,assignment]
     page = flask_app.test_client().get("/queues/workers")
     assert page.get_data(as_text=True) == "the app's own: 60 minutes"
+
+
+def test_a_login_lasts_twelve_hours(monkeypatch: pytest.MonkeyPatch) -> None:
+    from http.cookies import SimpleCookie
+
+    from rainier_sync.dashboard import server
+
+    _, manager = make_app(authorize=lambda: True)
+    app = DashboardApp(manager, token="x" * 16)
+    sid, cookie = app._new_session("")
+    jar: SimpleCookie = SimpleCookie()
+    jar.load(cookie.split(";")[0])
+    now = server.time.time()
+    monkeypatch.setattr(server.time, "time", lambda: now + server.SESSION_SECONDS - 5)
+    assert app._session(jar) == sid
+    monkeypatch.setattr(server.time, "time", lambda: now + server.SESSION_SECONDS + 5)
+    assert app._session(jar) is None
+    assert server.SESSION_SECONDS == 12 * 3600

@@ -63,6 +63,7 @@ def test_the_standalone_dashboard_needs_its_token_and_csrf_and_retries_and_forge
         assert anonymous.get("/main/failed/x").status == 303
         assert anonymous.post("/main/failed/x/retry").status == 401
         assert anonymous.get("/workers").status == 303
+        assert anonymous.get("/static/dashboard.css").status == 200, "the stylesheet, for the login page"
 
         client = Client(base)
         form = client.get("/login")
@@ -165,3 +166,9 @@ def test_a_bad_bind_is_refused() -> None:
     argv, env = command("--bind", "127.0.0.1", token=None)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--bind '127.0.0.1' must be HOST:PORT" in done.stderr, done.stderr
+
+
+def test_the_default_bind_is_loopback() -> None:
+    from rainier_sync.cli.parser import build_parser
+
+    assert build_parser().parse_args(["dashboard"]).bind == "127.0.0.1:8000"
