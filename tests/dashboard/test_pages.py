@@ -64,7 +64,8 @@ def test_flask_and_the_standalone_server_send_the_same_pages() -> None:
         status, headers, body = call(standalone, path, cookie)
         cookie = cookie or headers["_cookies"]
         assert status.startswith(str(flask_page.status_code)), path
-        assert headers["Content-Security-Policy"] == flask_page.headers["Content-Security-Policy"]
+        for name in ("Content-Security-Policy", "X-Content-Type-Options", "Referrer-Policy", "Cache-Control"):
+            assert headers[name] == flask_page.headers[name], (path, name)
         tokens = re.compile(r'name="csrf_token" value="[^"]+"')
         assert tokens.sub("TOKEN", body) == tokens.sub("TOKEN", flask_page.get_data(as_text=True)), path
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "<script>" not in body
@@ -95,3 +96,15 @@ def test_a_login_lasts_twelve_hours(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server.time, "time", lambda: now + server.SESSION_SECONDS + 5)
     assert app._session(jar) is None
     assert server.SESSION_SECONDS == 12 * 3600
+
+
+@pytest.mark.parametrize(
+    ("bind", "parsed"),
+    [("127.0.0.1:8000", ("127.0.0.1", 8000)), ("[::1]:0", ("::1", 0)), ("localhost:80", ("localhost", 80))],
+)
+def test_bind_addresses(bind: str, parsed: tuple[str, int]) -> None:
+    from rainier_sync.dashboard.server import is_loopback, parse_bind
+
+    assert parse_bind(bind) == parsed
+    assert is_loopback(parsed[0])
+    assert is_loopback("127.8.9.10") and not is_loopback("0.0.0.0") and not is_loopback("::")
