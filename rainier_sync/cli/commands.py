@@ -495,3 +495,55 @@ def _make_package(root: Path, folder: Path) -> None:
         (directory / "__init__.py").write_text("", encoding="utf-8")
 
 
+
+
+def cmd_dashboard(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
+    """Serve the dashboard's pages with wsgiref until SIGTERM/SIGINT."""
+    from ..dashboard.server import MIN_TOKEN, TOKEN_ENV, is_loopback, parse_bind
+
+    try:
+        host, port = parse_bind(args.bind)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    token = os.environ.get(TOKEN_ENV) or None
+    if args.no_auth:
+        if not is_loopback(host):
+            raise UsageError(
+                f"--no-auth is refused on --bind {args.bind}: without a token the dashboard binds only to a "
+                f"loopback address (127.0.0.1, ::1, localhost); set {TOKEN_ENV} instead"
+            )
+        token = None
+    elif token is None:
+        raise UsageError(
+            f"the dashboard needs a login token: set {TOKEN_ENV} (at least {MIN_TOKEN} characters), "
+            "or pass --no-auth with a loopback --bind"
+        )
+    elif len(token) < MIN_TOKEN:
+        raise UsageError(f"{TOKEN_ENV} must be at least {MIN_TOKEN} characters, got {len(token)}")
+    try:
+        import jinja2  # noqa: F401 - the pages' templates
+    except ImportError:
+        raise UsageError("the dashboard needs Jinja2: pip install 'rainier_sync[dashboard]'") from None
+    from ..dashboard.server import DashboardApp, make_dashboard_server
+
+    manager = frontend.manager(args)
+    try:
+        server = make_dashboard_server(DashboardApp(manager, token), host, port)
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {args.bind}: {exc}") from exc
+    bound = server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
+    login = f"log in with ${TOKEN_ENV}" if token is not None else "no login (--no-auth)"
+    print(f"dashboard serving on http://{shown}:{bound}/ ({login}); SIGTERM/SIGINT stop it", file=out, flush=True)
+
+    def stop(signum: int, frame: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return EXIT_OK

@@ -11,6 +11,7 @@ from .app import Frontend, UsageError
 from .check import cmd_check
 from .commands import (
     cmd_continue,
+    cmd_dashboard,
     cmd_failed,
     cmd_forget,
     cmd_health,
@@ -77,6 +78,7 @@ COMMANDS: dict[str, Callable[[Frontend, argparse.Namespace, IO[str]], int]] = {
     "schedule:list": cmd_schedule_list,
     "make:job": cmd_make_job,
     "check": cmd_check,
+    "dashboard": cmd_dashboard,
 }
 
 
@@ -281,6 +283,20 @@ def build_parser(frontend: Frontend | None = None) -> Parser:
     retry_rows.add_argument("row", metavar="ROW|all", help="a row's number (see outbox:refused), or 'all'")
     forget_row = command("outbox:forget", "Delete a row set aside: its job is given up.")
     forget_row.add_argument("row", metavar="ROW", help="the row's number (see outbox:refused)")
+
+    dashboard = command(
+        "dashboard",
+        "Serve the queue dashboard (the Flask extension's pages) with the standard library's server, "
+        "until SIGTERM/SIGINT; visitors log in with $RAINIER_DASHBOARD_TOKEN.",
+    )
+    dashboard.add_argument(
+        "--bind", default="127.0.0.1:8000", metavar="HOST:PORT", help="where to listen (default: 127.0.0.1:8000)"
+    )
+    dashboard.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="no login: refused unless --bind is a loopback address (requests must name a loopback host)",
+    )
 
     make = command("make:job", "Write a job module and its test.")
     make.add_argument("name", metavar="Name", help="the job class, e.g. SendInvoice")
