@@ -1,0 +1,128 @@
+"""Django connection hygiene in a worker, on the real PostgreSQL: attempts run
+between close_old_connections() calls, so a worker whose persistent Django
+connection the server closed between jobs carries on; a timeout child never
+speaks on the connection it inherited from the worker."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rainier_sync import Worker, WorkerOptions
+from tests.support import wait_until
+
+pytestmark = [pytest.mark.postgres, pytest.mark.mysql, pytest.mark.redis]
+
+WAIT = 30.0
+
+
+def _wait_for(tag: str, count: int) -> list[tuple[int, int]]:
+    """The (backend pid, process id) the first ``count`` RecordPid jobs tagged ``tag`` saw."""
+    from tests.django.site.models import Note
+
+    def seen() -> list[str]:
+        return list(
+            Note.objects.using("pg").filter(text__startswith=tag + " ").order_by("pk").values_list("text", flat=True)
+        )
+
+    wait_until(lambda: len(seen()) >= count, timeout=WAIT, message=f"{count} jobs tagged {tag} ran")
+    return [(int(text.split()[1]), int(text.split()[2])) for text in seen()]
+
+
+def _terminate(postgres_url: str, backend_pid: int) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_terminate_backend(%s)", (backend_pid,)).fetchone()
+        assert row is not None and row[0] is True
+
+
+@pytest.fixture
+def running(django_site: dict[str, Any]) -> Iterator[Any]:
+    started: list[Worker] = []
+
+    def start(worker_class: type[Worker]) -> tuple[Worker, str, str]:
+        queue = f"hygiene-{uuid.uuid4().hex[:8]}"
+        options = WorkerOptions(queues=[queue], concurrency=1, sleep=0.05)
+        worker = worker_class(django_site["manager"], options=options, connection="pg")
+        worker.start()
+        started.append(worker)
+        return worker, queue, queue
+
+    yield start
+    for worker in started:
+        worker.stop()
+        worker.join(WAIT)
+
+
+def _send(manager: Any, job: Any, queue: str) -> None:
+    manager.pending(job).on_connection("pg").on_queue(queue).send()
+
+
+def test_a_worker_survives_the_database_closing_its_idle_connection(
+    django_site: dict[str, Any], running: Any, postgres_url: str
+) -> None:
+    from rainier_sync.django import DjangoWorker
+    from tests.django.site.jobs import RecordPid
+
+    manager = django_site["manager"]
+    worker, queue, tag = running(DjangoWorker)
+    _send(manager, RecordPid(tag), queue)
+    ((first_backend, _),) = _wait_for(tag, 1)
+    _terminate(postgres_url, first_backend)  # the server closes the idle persistent connection
+    _send(manager, RecordPid(tag), queue)
+    assert _wait_for(tag, 2)[1][0] != first_backend
+    # and it was the first attempt that ran it: nothing failed
+    assert worker.stats.failed == 0 and worker.stats.released == 0
+
+
+def test_without_the_hygiene_that_job_fails_on_the_dead_connection(
+    django_site: dict[str, Any], running: Any, postgres_url: str
+) -> None:
+    """What the test above guards against: a plain Worker keeps the dead connection."""
+    from tests.django.site.jobs import RecordPid
+
+    manager = django_site["manager"]
+    worker, queue, tag = running(Worker)
+    _send(manager, RecordPid(tag), queue)
+    ((first_backend, _),) = _wait_for(tag, 1)
+    _terminate(postgres_url, first_backend)
+    _send(manager, RecordPid(tag), queue)
+    wait_until(lambda: worker.stats.failed == 1, timeout=WAIT)
+
+
+def test_a_timeout_child_opens_its_own_connection(django_site: dict[str, Any], postgres_url: str) -> None:
+    """The child of a timed attempt is forked from the worker's owning thread, whose
+    Django connection it inherits: it must open its own, and leave that one alone."""
+    import threading
+
+    from django.db import connections
+
+    from rainier_sync.django import DjangoWorker
+    from tests.django.site.jobs import RecordPidInChild, _backend_pid
+
+    manager = django_site["manager"]
+    queue = tag = f"child-{uuid.uuid4().hex[:8]}"
+    worker = DjangoWorker(manager, options=WorkerOptions(queues=[queue], concurrency=1, sleep=0.05), connection="pg")
+    owner: dict[str, int] = {}
+
+    def own() -> None:
+        owner["backend"] = _backend_pid("pg")  # the owning thread holds an open Django connection
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=own, daemon=True)
+    thread.start()
+    try:
+        _send(manager, RecordPidInChild(tag), queue)
+        child_backend, _ = _wait_for(tag, 1)[0]
+    finally:
+        worker.stop()
+        thread.join(WAIT)
+    assert child_backend != owner["backend"]
+    assert worker.stats.failed == 0
