@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-_made: dict[str, dict[str, Any]] = {}
+_made: dict[tuple[str, str], dict[str, Any]] = {}
 
 
-def postgres_database(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """A ``DATABASES`` entry for a PostgreSQL database this session created (dropped at its end)."""
-    if "postgresql" in _made:
-        return dict(_made["postgresql"])
+def postgres_database(request: pytest.FixtureRequest, purpose: str = "site") -> dict[str, Any]:
+    """A ``DATABASES`` entry for a PostgreSQL database this session created for ``purpose`` (dropped at its end)."""
+    if ("postgresql", purpose) in _made:
+        return dict(_made["postgresql", purpose])
     import psycopg
 
     base: str = request.getfixturevalue("postgres_url")
@@ -37,14 +37,14 @@ def postgres_database(request: pytest.FixtureRequest) -> dict[str, Any]:
         "USER": parts.username or "postgres",
         "PASSWORD": parts.password or "",
     }
-    _made["postgresql"] = entry
+    _made["postgresql", purpose] = entry
     return dict(entry)
 
 
-def mysql_database(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """A ``DATABASES`` entry for a MariaDB database this session created (dropped at its end)."""
-    if "mysql" in _made:
-        return dict(_made["mysql"])
+def mysql_database(request: pytest.FixtureRequest, purpose: str = "site") -> dict[str, Any]:
+    """A ``DATABASES`` entry for a MariaDB database this session created for ``purpose`` (dropped at its end)."""
+    if ("mysql", purpose) in _made:
+        return dict(_made["mysql", purpose])
     import pymysql
 
     base: str = request.getfixturevalue("mysql_url")
@@ -72,7 +72,7 @@ def mysql_database(request: pytest.FixtureRequest) -> dict[str, Any]:
         "USER": server["user"],
         "PASSWORD": server["password"],
     }
-    _made["mysql"] = entry
+    _made["mysql", purpose] = entry
     return dict(entry)
 
 
