@@ -6,31 +6,39 @@ from typing import Any
 
 __all__ = ["migrate_alias"]
 
+#: Django's vendor names to the database driver's dialects.
+_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql", "mysql": "mysql"}
 
-def migrate_alias(alias: str) -> list[str]:
-    """Apply the driver's migrations on every database connection kept in
-    ``DATABASES[alias]``, and the outbox's when it lives there; returns the
-    connections migrated. The database is the one Django's connection to the
-    alias is on now (a test run's test database included)."""
+
+def migrate_alias(alias: str) -> list[int]:
+    """Apply the database driver's migrations (the queue's tables, the lock
+    store's and the outbox's) on Django's connection to ``DATABASES[alias]``,
+    whatever database it is on now (a test run's test database included), and
+    point the database connections kept there at it. Returns the versions
+    applied now. Nothing is done on an alias no connection keeps its jobs (or
+    its outbox) in."""
     from django.db import connections
 
+    from ..drivers.database._schema import apply_migrations
     from .conf import database_url
     from .state import booted_manager
 
     manager: Any = booted_manager()
-    if manager is None:
+    if manager is not None:
+        used = set(manager.aliases().values()) | {route.outbox for route in manager.plan.routes.values()}
+        if alias not in used:
+            return []
+    connection = connections[alias]
+    dialect = _DIALECTS.get(connection.vendor)
+    if dialect is None:
         return []
-    settings_dict = connections[alias].settings_dict
-    url = database_url(alias, {alias: settings_dict}, f"DATABASES[{alias!r}]")
-    migrated: list[str] = []
-    for name, route_alias in manager.aliases().items():
-        if route_alias != alias:
-            continue
-        manager.retarget(name, url)
-        manager.connection(name).migrate()
-        migrated.append(name)
-    outbox = manager.outbox
-    if outbox is not None and any(route.outbox == alias for route in manager.plan.routes.values()):
-        outbox.migrate()
-        migrated.append("outbox")
-    return migrated
+    connection.ensure_connection()
+    applied = apply_migrations(connection.connection, dialect)
+    name = str(connection.settings_dict.get("NAME") or "")
+    in_memory = dialect == "sqlite" and (name in ("", ":memory:") or name.startswith("file:"))
+    if manager is not None and not in_memory:
+        url = database_url(alias, {alias: connection.settings_dict}, f"DATABASES[{alias!r}]")
+        for connection_name, route_alias in manager.aliases().items():
+            if route_alias == alias:
+                manager.retarget(connection_name, url)
+    return applied

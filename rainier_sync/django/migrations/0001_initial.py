@@ -1,6 +1,5 @@
-"""The queue's tables: each ``database`` connection on this ``DATABASES`` alias
-applies the driver's own migrations (``DatabaseQueue.migrations()``), and the
-outbox's table where connections are declared with ``outbox = true``."""
+"""The queue's tables (``DatabaseQueue.migrations()``: jobs, failed jobs, the
+lock store's, the outbox's) in the database ``migrate`` runs on."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ def apply(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]
-    # The driver's migrations run on its own connection, in transactions of its own.
+    # The driver's migrations take their own lock and transaction on the connection.
     atomic = False
     initial = True
     dependencies: list[tuple[str, str]] = []
