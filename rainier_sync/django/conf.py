@@ -280,7 +280,7 @@ def _boot_section(
             else:
                 url = None
             booted = build_from_config(
-                {"connections": declared},
+                {"default": next(iter(declared)), "connections": declared},
                 resources=QueueResources(registry=registry, container=container, database=url),
                 environ={key: value for key, value in environ.items() if key != DRIVER},
             )

@@ -4,7 +4,8 @@ Django is configured in this process by the session fixture :func:`django_site`,
 which only tests here ask for (and the example project runs in subprocesses of
 its own), so no Django settings reach the rest of the suite. The site has three
 ``DATABASES`` aliases on the real servers (SQLite ``default``, PostgreSQL ``pg``,
-MariaDB ``maria``), a queue connection on each and one on Redis.
+MariaDB ``maria``), a queue connection on each, and two on Redis (one of them
+through the outbox, kept in ``default``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def django_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                 "pg": {"driver": "database", "alias": "pg"},
                 "maria": {"driver": "database", "alias": "maria"},
                 "redis": {"driver": "redis", "url": redis_url, "prefix": prefix},
+                "relayed": {"driver": "redis", "url": redis_url, "prefix": prefix + "relayed:", "outbox": True},
             },
         },
         DEFAULT_AUTO_FIELD="django.db.models.AutoField",

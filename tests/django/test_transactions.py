@@ -150,3 +150,53 @@ def test_module_level_dispatch_answers_the_booted_manager(manager: Any) -> None:
         rainier_sync.dispatch(WriteNote("y"))
         raise Boom()
     assert manager.connection("sqlite").size("default") == 0
+
+
+def test_an_outbox_connection_writes_in_the_callers_transaction(manager: Any) -> None:
+    from django.db import transaction
+
+    from tests.django.site.jobs import WriteNote
+
+    outbox = manager.outbox
+    waiting = outbox.size("relayed")
+    with pytest.raises(Boom), transaction.atomic():
+        manager.pending(WriteNote("never")).on_connection("relayed").on_queue(QUEUE[0]).send()
+        assert outbox.size("relayed") == waiting  # its row is in the open transaction only
+        raise Boom()
+    assert outbox.size("relayed") == waiting
+    with transaction.atomic():
+        manager.pending(WriteNote("kept")).on_connection("relayed").on_queue(QUEUE[0]).send()
+    assert outbox.size("relayed") == waiting + 1
+    assert _count(manager, "relayed") == 0  # the relay publishes it
+
+
+def test_on_commit_off_sends_at_once(django_site: dict[str, Any]) -> None:
+    from types import SimpleNamespace
+
+    from django.conf import settings
+    from django.db import transaction
+
+    from rainier_sync.django.conf import boot
+    from tests.django.site.jobs import WriteNote
+
+    section = {"connections": {"redis": dict(settings.RAINIER_QUEUES["connections"]["redis"])}}
+    config = SimpleNamespace(DATABASES=settings.DATABASES, RAINIER_QUEUES=section, RAINIER_ON_COMMIT=False)
+    eager = boot(config, discover=False)
+    queue = f"eager-{uuid.uuid4().hex[:8]}"
+    try:
+        with pytest.raises(Boom), transaction.atomic():
+            eager.pending(WriteNote("now")).on_queue(queue).send()
+            assert eager.connection("redis").size(queue) == 1
+            raise Boom()
+        assert eager.connection("redis").size(queue) == 1  # sent, whatever the transaction did
+    finally:
+        eager.close()
+
+
+def test_importing_rainier_sync_does_not_import_django() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, rainier_sync; assert not [m for m in sys.modules if m.split('.')[0] == 'django']"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
