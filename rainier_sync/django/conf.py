@@ -28,7 +28,7 @@ __all__ = ["boot", "SETTINGS", "Route", "database_url", "discover_jobs"]
 SECTION = "RAINIER_QUEUES"
 DRIVER = "QUEUE_DRIVER"
 
-#: Every ``RAINIER_*`` setting this integration (and its tasks backend) reads;
+#: Every ``RAINIER_*`` setting of this integration (the dashboard's included);
 #: any other ``RAINIER_*`` setting is refused as misspelt.
 SETTINGS: frozenset[str] = frozenset(
     {
@@ -36,7 +36,6 @@ SETTINGS: frozenset[str] = frozenset(
         "RAINIER_JOBS",
         "RAINIER_ON_COMMIT",
         "RAINIER_DASHBOARD_AUTHORIZE",
-        "RAINIER_TASKS",
     }
 )
 
@@ -145,7 +144,10 @@ def _environ(settings: Any) -> dict[str, str]:
     for name in _names(settings):
         if name.startswith("RAINIER_") or name == "DATABASE_URL":
             continue
-        value = getattr(settings, name)
+        try:
+            value = getattr(settings, name)
+        except ImproperlyConfigured:  # a setting Django itself refuses to read (an empty SECRET_KEY)
+            continue
         if isinstance(value, bool):
             environ[name] = "true" if value else "false"
         elif isinstance(value, (str, int, float)):

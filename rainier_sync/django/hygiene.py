@@ -4,7 +4,8 @@ Each attempt a :class:`DjangoWorker` runs sits between two
 ``close_old_connections()`` calls, as a request does: a connection past
 ``CONN_MAX_AGE``, one an error left unusable, or one whose autocommit the job
 left changed is closed, and ``CONN_HEALTH_CHECKS`` checks a persistent
-connection once per attempt. Nothing costs a round trip when nothing is stale.
+connection once per attempt. Nothing costs a round trip when nothing is stale,
+and a connection that cannot be stale is not even called into.
 With ``DEBUG`` the queries log is reset per attempt. A forked process (the
 child running a timed attempt) first drops the connections it inherited from
 its parent, unclosed, so their sockets stay the parent's, and opens its own.
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 from typing import TYPE_CHECKING, Any, ContextManager, Iterator
 
 from django.conf import settings
-from django.db import close_old_connections, connections, reset_queries
+from django.db import connections, reset_queries
 
 from ..worker import Worker, WorkerOptions, WorkerStats
 
@@ -34,9 +37,37 @@ _home: list[int] = [os.getpid()]
 _inherited: list[Any] = []
 
 
+def _this_threads_connections() -> list[Any]:
+    """This thread's open Django connections (what ``connections.all(initialized_only=True)``
+    returns, read straight from the handler's thread-local storage where it has one)."""
+    storage = getattr(connections._connections, "_storage", None)
+    if isinstance(storage, threading.local):
+        return list(vars(storage).values())
+    return list(connections.all(initialized_only=True))
+
+
+def close_old_connections() -> None:
+    """``django.db.close_old_connections()``, without calling into a connection
+    that cannot need it: one open, with no error since its last commit or
+    rollback, its autocommit as configured, no health checks to re-arm and
+    ``CONN_MAX_AGE`` not reached."""
+    now = time.monotonic()
+    for conn in _this_threads_connections():
+        if conn.connection is None:
+            continue
+        if (
+            not conn.errors_occurred
+            and not conn.health_check_enabled
+            and conn.autocommit == conn.settings_dict["AUTOCOMMIT"]
+            and (conn.close_at is None or now < conn.close_at)
+        ):
+            continue
+        conn.close_if_unusable_or_obsolete()
+
+
 @contextlib.contextmanager
 def attempt_hygiene(queued: QueuedJob | None = None) -> Iterator[None]:
-    """Around one attempt: ``close_old_connections()`` before and after,
+    """Around one attempt: :func:`close_old_connections` before and after,
     ``reset_queries()`` first when ``DEBUG``."""
     if settings.DEBUG:
         reset_queries()

@@ -32,6 +32,7 @@ def django_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     pg = postgres_database(request)
     pg.update(CONN_MAX_AGE=None, CONN_HEALTH_CHECKS=True)
     maria = mysql_database(request)
+    maria.update(CONN_MAX_AGE=None)
     redis_url: str = request.getfixturevalue("redis_url")
     prefix = f"rainier-dj-{uuid.uuid4().hex[:8]}:"
     settings.configure(

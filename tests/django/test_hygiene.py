@@ -126,3 +126,89 @@ def test_a_timeout_child_opens_its_own_connection(django_site: dict[str, Any], p
         thread.join(WAIT)
     assert child_backend != owner["backend"]
     assert worker.stats.failed == 0
+
+
+def _in_a_thread(fn: Any) -> Any:
+    """Run ``fn`` in a thread of its own (its own Django connections); its result."""
+    import threading
+
+    from django.db import connections
+
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(WAIT)
+    return result["value"]
+
+
+def test_a_connection_past_conn_max_age_is_closed_after_the_attempt(django_site: dict[str, Any]) -> None:
+    from django.db import connections
+
+    from rainier_sync.django.hygiene import attempt_hygiene
+
+    def attempt() -> bool:
+        with attempt_hygiene():
+            with connections["default"].cursor() as cursor:  # CONN_MAX_AGE 0, as a request's
+                cursor.execute("SELECT 1")
+        return connections["default"].connection is None
+
+    assert _in_a_thread(attempt) is True
+
+
+def test_a_persistent_connection_is_left_alone_without_a_call(django_site: dict[str, Any]) -> None:
+    from django.db import connections
+
+    from rainier_sync.django.hygiene import attempt_hygiene
+
+    def attempts() -> tuple[bool, int]:
+        conn = connections["maria"]  # CONN_MAX_AGE None, no health checks
+        calls: list[int] = []
+        original = conn.close_if_unusable_or_obsolete
+
+        def counted() -> None:
+            calls.append(1)
+            original()
+
+        conn.close_if_unusable_or_obsolete = counted
+        opened = []
+        for _ in range(3):
+            with attempt_hygiene():
+                with conn.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                opened.append(conn.connection)
+        return all(raw is opened[0] for raw in opened), len(calls)
+
+    same, calls = _in_a_thread(attempts)
+    assert same and calls == 0
+
+
+def test_a_connection_an_error_left_unusable_is_closed(django_site: dict[str, Any]) -> None:
+    from django.db import OperationalError, connections
+
+    from rainier_sync.django.hygiene import attempt_hygiene
+
+    def attempts() -> bool:
+        conn = connections["maria"]
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT CONNECTION_ID()")
+            (connection_id,) = cursor.fetchone()
+        import pymysql
+
+        settings = conn.settings_dict
+        killer = pymysql.connect(host=settings["HOST"], port=int(settings["PORT"]), user=settings["USER"],
+                                 password=settings["PASSWORD"], autocommit=True)  # fmt: skip
+        with killer, killer.cursor() as cursor:
+            cursor.execute(f"KILL CONNECTION {int(connection_id)}")
+        with pytest.raises(OperationalError), attempt_hygiene():
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT 1")
+        return conn.connection is None
+
+    assert _in_a_thread(attempts) is True
