@@ -200,3 +200,16 @@ def test_importing_rainier_sync_does_not_import_django() -> None:
     code = "import sys, rainier_sync; assert not [m for m in sys.modules if m.split('.')[0] == 'django']"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_unique_duplicate_deferred_to_commit_is_dropped_there(manager: Any) -> None:
+    from django.db import transaction
+
+    from tests.django.site.jobs import UniqueNote
+
+    text = f"once-{uuid.uuid4().hex[:8]}"
+    with transaction.atomic():
+        first = manager.pending(UniqueNote(text)).on_connection("redis").on_queue(QUEUE[0]).send()
+        second = manager.pending(UniqueNote(text)).on_connection("redis").on_queue(QUEUE[0]).send()
+        assert isinstance(first, str) and isinstance(second, str) and first != second
+    assert _count(manager, "redis") == 1

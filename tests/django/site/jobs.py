@@ -57,3 +57,16 @@ def add_note(text: str) -> None:
     from .models import Note
 
     Note.objects.create(text=text)
+
+
+@dataclass
+class UniqueNote(Job):
+    NAME = "site.unique-note"
+    UNIQUE_FOR = 60
+    text: str
+
+    def unique_id(self) -> str | None:
+        return self.text
+
+    def handle(self, context: JobContext) -> None:
+        pass
