@@ -58,6 +58,7 @@ def both(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[s
         ("queue:continue", "mail"),
         ("queue:health", "--health-file", "/nonexistent/health", "--max-age", "5"),
         ("schedule:list",),
+        ("queue:migrate",),
         ("check",),
     ],
 )
@@ -93,6 +94,17 @@ def test_djangos_own_options_are_taken_by_manage_py(shop: dict[str, str]) -> Non
     done = run(shop, "manage.py", "queue", "status", "--settings=shop.settings")
     assert done.returncode == 0, done.stderr
     assert "main" in done.stdout
+
+
+def test_check_with_a_database_warns_of_tables_not_created_yet(tmp_path: pathlib.Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SHOP_", "DJANGO_", "RAINIER_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT), str(ROOT)])
+    env["SHOP_DB_NAME"] = str(tmp_path / "unmigrated.sqlite3")
+    done = run(env, "manage.py", "check", "--database", "default")
+    assert done.returncode == 0, done.stderr
+    assert "rainier_sync.W001" in done.stderr and "manage.py migrate" in done.stderr
+    static = run(env, "manage.py", "check")
+    assert static.returncode == 0 and "rainier_sync" not in static.stderr + static.stdout
 
 
 def test_a_misspelt_setting_stops_django_at_startup(tmp_path: pathlib.Path) -> None:

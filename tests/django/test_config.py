@@ -136,3 +136,9 @@ def test_postgresql_and_mysql_entries_become_the_drivers_urls() -> None:
     }  # fmt: skip
     assert database_url("pg", databases, "x") == "postgresql://app:p%40ss@db.internal:5433/shop"
     assert database_url("my", databases, "x") == "mysql://root@127.0.0.1/shop"
+
+
+def test_a_socket_directory_host_is_refused(tmp_path: pathlib.Path) -> None:
+    config = settings(tmp_path, RAINIER_QUEUES=DATABASE)
+    config.DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop", "HOST": "/run/pg"}}
+    assert "socket directory /run/pg" in refused(config)

@@ -212,3 +212,40 @@ def test_a_connection_an_error_left_unusable_is_closed(django_site: dict[str, An
         return conn.connection is None
 
     assert _in_a_thread(attempts) is True
+
+
+def test_a_connection_left_out_of_autocommit_is_closed(django_site: dict[str, Any]) -> None:
+    from django.db import connections
+
+    from rainier_sync.django.hygiene import attempt_hygiene
+
+    def attempt() -> bool:
+        conn = connections["maria"]
+        with attempt_hygiene():
+            conn.set_autocommit(False)  # a job that forgot to put it back
+        return conn.connection is None
+
+    assert _in_a_thread(attempt) is True
+
+
+def test_debug_resets_the_queries_log_before_each_attempt(django_site: dict[str, Any]) -> None:
+    from django.db import connections
+    from django.test.utils import override_settings
+
+    from rainier_sync.django.hygiene import attempt_hygiene
+
+    def attempts() -> list[int]:
+        conn = connections["maria"]
+        sizes = []
+        with override_settings(DEBUG=True):
+            with conn.cursor() as cursor:  # opened and used before: its queries are logged
+                cursor.execute("SELECT 1")
+            assert len(conn.queries_log) >= 1
+            for _ in range(2):
+                with attempt_hygiene():
+                    with conn.cursor() as cursor:
+                        cursor.execute("SELECT 1")
+                    sizes.append(len(conn.queries_log))
+        return sizes
+
+    assert _in_a_thread(attempts) == [1, 1]
