@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = [pytest.mark.postgres, pytest.mark.mysql, pytest.mark.redis]
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "examples" / "django_app"
 TIMEOUT = 120

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = [pytest.mark.postgres, pytest.mark.mysql, pytest.mark.redis]
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "examples" / "django_app"
 
@@ -113,12 +115,21 @@ class ReceiptTests(TestCase):
 '''
 
 
-def test_the_fixture_under_pytest_django(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_the_fixture_under_pytest_django(request: pytest.FixtureRequest, tmp_path: pathlib.Path, engine: str) -> None:
+    """Also on PostgreSQL, where the test run's database has another name than the
+    settings': the job is written in the test database, on the test's connection."""
     (tmp_path / "test_shop.py").write_text(textwrap.dedent(PYTEST_DJANGO_TESTS))
     (tmp_path / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = shop.settings\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SHOP_", "DJANGO_", "PYTEST_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT), str(ROOT)])
     env["SHOP_DB_NAME"] = str(tmp_path / "shop.sqlite3")
+    if engine == "postgresql":
+        from tests.django.support import postgres_database
+
+        entry = postgres_database(request, "pytest-django")
+        env.update(SHOP_DATABASE="postgresql", SHOP_DB_NAME=entry["NAME"], SHOP_DB_HOST=entry["HOST"])
+        env.update(SHOP_DB_PORT=entry["PORT"], SHOP_DB_USER=entry["USER"], SHOP_DB_PASSWORD=entry["PASSWORD"])
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
          "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_shop.py")],
