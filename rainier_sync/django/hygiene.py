@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, ContextManager, Iterator
+from typing import TYPE_CHECKING, Any, ContextManager
 
 from django.conf import settings
 from django.db import connections, reset_queries
@@ -65,17 +65,27 @@ def close_old_connections() -> None:
         conn.close_if_unusable_or_obsolete()
 
 
-@contextlib.contextmanager
-def attempt_hygiene(queued: QueuedJob | None = None) -> Iterator[None]:
+class _AttemptHygiene:
+    """The context manager :func:`attempt_hygiene` returns (a class: it is entered for every job)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        if settings.DEBUG:
+            reset_queries()
+        close_old_connections()
+
+    def __exit__(self, *exc_info: object) -> None:
+        close_old_connections()
+
+
+_HYGIENE = _AttemptHygiene()
+
+
+def attempt_hygiene(queued: QueuedJob | None = None) -> ContextManager[None]:
     """Around one attempt: :func:`close_old_connections` before and after,
     ``reset_queries()`` first when ``DEBUG``."""
-    if settings.DEBUG:
-        reset_queries()
-    close_old_connections()
-    try:
-        yield
-    finally:
-        close_old_connections()
+    return _HYGIENE
 
 
 def drop_inherited_connections() -> int:
