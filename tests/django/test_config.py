@@ -142,3 +142,14 @@ def test_a_socket_directory_host_is_refused(tmp_path: pathlib.Path) -> None:
     config = settings(tmp_path, RAINIER_QUEUES=DATABASE)
     config.DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop", "HOST": "/run/pg"}}
     assert "socket directory /run/pg" in refused(config)
+
+
+def test_rainier_queues_may_be_the_path_of_a_toml_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "queues.toml"
+    path.write_text('[queues.connections.main]\ndriver = "database"\nalias = "default"\nreservation = 120\n')
+    manager = boot(settings(tmp_path, RAINIER_QUEUES=str(path)), discover=False)
+    try:
+        assert manager.aliases() == {"main": "default"}
+        assert manager.connection("main").reservation == 120
+    finally:
+        manager.close()
