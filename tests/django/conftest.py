@@ -57,16 +57,46 @@ def django_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         },
         DEFAULT_AUTO_FIELD="django.db.models.AutoField",
     )
+    from rainier_sync.django.hygiene import forked_scope
+    from rainier_sync.manager import instance_or_none, set_instance
+    from rainier_sync.scopes import remove_attempt_scope
+
+    previous = instance_or_none()
     django.setup()
+    # What booting made process-wide is put back: the tests here that use the site
+    # get it for their own duration (see _site_in_effect), the rest of the suite never.
+    remove_attempt_scope(forked_scope)
+    set_instance(previous)
     from django.core.management import call_command
 
     for alias in ("default", "pg", "maria"):
         call_command("migrate", database=alias, verbosity=0)
-    from rainier_sync.django import get_manager
+    from rainier_sync.django.state import booted_manager
 
-    manager = get_manager()
+    manager = booted_manager()
     yield {"manager": manager, "redis_prefix": prefix, "tmp": tmp}
     from django.db import connections
 
     connections.close_all()
     manager.close()
+
+
+@pytest.fixture(autouse=True)
+def _site_in_effect(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For a test using the site: its manager process-wide and the forked-process
+    attempt scope on, as booting left them, and both undone after the test."""
+    if "django_site" not in request.fixturenames:
+        yield
+        return
+    from rainier_sync.django.hygiene import forked_scope
+    from rainier_sync.manager import set_instance
+    from rainier_sync.scopes import add_attempt_scope, remove_attempt_scope
+
+    site = request.getfixturevalue("django_site")
+    previous = set_instance(site["manager"])
+    add_attempt_scope(forked_scope)
+    try:
+        yield
+    finally:
+        remove_attempt_scope(forked_scope)
+        set_instance(previous)
