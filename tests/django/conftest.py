@@ -4,7 +4,7 @@ Django is configured in this process by the session fixture :func:`django_site`,
 which only tests here ask for (and the example project runs in subprocesses of
 its own), so no Django settings reach the rest of the suite. The site has three
 ``DATABASES`` aliases on the real servers (SQLite ``default``, PostgreSQL ``pg``,
-MariaDB ``maria``), a queue connection on each, and two on Redis (one of them
+MariaDB ``maria``), a queue connection on each, a SQLite ``spare`` that none uses, and two on Redis (one of them
 through the outbox, kept in ``default``).
 """
 
@@ -44,6 +44,7 @@ def django_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp / "site.sqlite3")},
             "pg": pg,
             "maria": maria,
+            "spare": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp / "spare.sqlite3")},
         },
         RAINIER_QUEUES={
             "default": "sqlite",
