@@ -34,12 +34,9 @@ import collections
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING
 
 from . import _clock
-
-if TYPE_CHECKING:
-    from .locks.base import LockStore
+from .state.base import Windows
 
 __all__ = ["Allowance", "SlowStore", "allowance"]
 
@@ -60,12 +57,10 @@ class SlowStore(Exception):
 class Allowance:
     """The starts one process holds, taken ahead, under one limiter of one store."""
 
-    def __init__(self, store: LockStore, key: str, limit: int, per: float) -> None:
-        from .locks.base import LockStore
-
+    def __init__(self, store: Windows, key: str, limit: int, per: float) -> None:
         self.store, self.key, self.limit, self.per = store, key, limit, per
         #: Whether the store can take several starts in one round trip, stamped ahead.
-        self.batched = type(store).take_many is not LockStore.take_many
+        self.batched = type(store).take_many is not Windows.take_many
         self._reach = min(REACH, per / 50)
         self._guard = min(GUARD, per / 50)
         self._ready = threading.Condition(threading.Lock())
@@ -214,13 +209,13 @@ class Allowance:
         return rooms[-1] + (queued - len(rooms) + 1) * self.per / self.limit
 
 
-_allowances: weakref.WeakKeyDictionary[LockStore, dict[tuple[str, int, float], Allowance]] = (
+_allowances: weakref.WeakKeyDictionary[Windows, dict[tuple[str, int, float], Allowance]] = (
     weakref.WeakKeyDictionary()
 )
 _made = threading.Lock()
 
 
-def allowance(store: LockStore, key: str, limit: int, per: float) -> Allowance:
+def allowance(store: Windows, key: str, limit: int, per: float) -> Allowance:
     """This process's allowance of ``store``'s window ``key`` (one per limit and ``per``)."""
     try:
         return _allowances[store][(key, limit, per)]

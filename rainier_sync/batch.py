@@ -46,8 +46,8 @@ from .jobs import Job
 from .types import QueuedJob, decode, encode
 
 if TYPE_CHECKING:
-    from .locks.base import LockStore
     from .pending import Dispatcher
+    from .state.base import LockStore
 
 __all__ = ["Batch", "PendingBatch", "BatchGuard", "settle", "settle_many", "tallied", "call_back", "records_of"]
 __all__ += ["CANCEL_LOOKUP", "RETENTION", "retry"]
@@ -461,7 +461,7 @@ def retry(locks: LockStore, driver: Any, queued: QueuedJob, requeue: Callable[[C
     out of its batch's counts (failed -1, pending +1) so that its next outcome
     counts once. Where the driver keeps the batch's tally, one transaction does
     both; elsewhere the store forgets the job's count first
-    (:meth:`~rainier_sync.locks.base.LockStore.tally_unsettle`, once per count),
+    (:meth:`~rainier_sync.state.Tallies.tally_unsettle`, once per count),
     and puts it back when the job was not queued again and is still failed."""
     batch_id = str((queued.meta or {}).get("batch"))
     record = _record(locks, batch_id)

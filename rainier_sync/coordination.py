@@ -13,18 +13,20 @@ from .batch import cancel as cancel_batch
 from .batch import listing as list_batches
 from .batch import read as read_batch
 from .chain import PendingChain
+from .drivers.base import QueueDriver
 from .errors import ConfigurationError
 from .execution import result_key
 from .jobs import Job, check_queue_name
 from .pending import PendingDispatch
+from .state.base import STORE_HINT, LockStore
 from .types import QueuedJob, Result, decode
 
 if TYPE_CHECKING:
+    from .drivers.base import BaseQueue
     from .fleet import MinuteCounts, WorkerInfo
-    from .locks.base import LockStore
     from .registry import JobRegistry
 
-__all__ = ["Coordination"]
+__all__ = ["Coordination", "store_of"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -59,11 +61,7 @@ class Coordination:
         else:
             driver = self.connection(self.default)
             why = f"its default connection {self.default!r} ({driver.kind}) has no backend that can hold one"
-        return (
-            f"{what} needs a lock store every worker shares, and {why}: give QueueManager "
-            "locks=RedisLockStore.from_url('redis://...') or locks=DatabaseLockStore.from_url('postgresql://...') "
-            "(QueueResources(locks=...) when booting from config)"
-        )
+        return f"{what} needs a lock store, and {why}: {STORE_HINT}, or QueueResources(locks=...) booting from config"
 
     # -- batches and chains -----------------------------------------------------------
     def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
@@ -188,3 +186,28 @@ class Coordination:
             return Result("unknown")
         record = decode(text)
         return Result(str(record.get("status", "unknown")), record.get("value"), record.get("error"))
+
+
+def store_of(driver: BaseQueue) -> LockStore | None:
+    """The store in ``driver``'s own backend, which a manager whose default
+    connection it is uses when given no ``locks=``; None where the backend cannot
+    hold one (SQS, sync).
+
+    A driver with a ``lock_store()`` method: what it returns. A memory queue's is
+    a :class:`~rainier_sync.locks.MemoryLockStore` (the same one for every
+    manager over that queue); a database queue's a
+    :class:`~rainier_sync.locks.DatabaseLockStore` on the queue's own connection
+    (its tables come with the queue's migrations); a Redis queue's a
+    :class:`~rainier_sync.locks.RedisLockStore` on the queue's own client
+    (server, database, Sentinel or cluster) and reconnect settings, under the
+    queue's prefix with its last ``queue:`` made ``lock:`` (``rainier:queue:``
+    gives ``rainier:lock:``, the store's own default), or ``lock:`` added to a
+    prefix that has none. A Kafka queue: the store it keeps its leases in."""
+    own = getattr(driver, "lock_store", None)
+    if callable(own):
+        store = own()
+        return store if isinstance(store, LockStore) else None
+    if driver.driver is QueueDriver.KAFKA:
+        leases = getattr(driver, "locks", None)
+        return leases if isinstance(leases, LockStore) else None
+    return None

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from . import _clock, signals
+from ._text import LOGGED_ERROR, escaped
 from .batch import BatchGuard
 from .batch import loader as batch_loader
 from .batch import settle as settle_in_batch
@@ -41,9 +42,9 @@ from .types import ExceptionInfo, FailedJob, QueuedJob, encode
 if TYPE_CHECKING:
     from .container import Container
     from .drivers.base import Consumer
-    from .locks.base import LockStore
     from .pending import Dispatcher
     from .registry import JobRegistry
+    from .state.base import LockStore
 
 log = logging.getLogger("rainier_sync")
 
@@ -254,7 +255,10 @@ class Executor:
                     completion.follow = self._hand_over(next_link(queued))
                 return completion
             except Exception as exc:  # noqa: BLE001 - its batch or chain could not be told: try the job again
-                log.warning("job %s (%s): could not settle its batch or chain: %s", queued.id, queued.name, exc)
+                log.warning(
+                    "job %s (%s): could not settle its batch or chain: %s", escaped(queued.id), escaped(queued.name),
+                    escaped(exc),
+                )  # fmt: skip
                 error = exc
         if info is None:
             assert error is not None
@@ -265,7 +269,9 @@ class Executor:
             try:
                 delay = max(0.0, float(job.backoff(queued.attempts)))
             except Exception:  # noqa: BLE001 - a broken backoff must not lose the job
-                log.exception("%s.backoff() raised; retrying job %s after 1s", type(job).__qualname__, queued.id)
+                log.exception(
+                    "%s.backoff() raised; retrying job %s after 1s", type(job).__qualname__, escaped(queued.id)
+                )
                 delay = 1.0
             return Completion(queued, RELEASED, delay=delay, info=info, exception=error, duration=duration)
         if job is not None:
@@ -282,12 +288,16 @@ class Executor:
             try:
                 self._count_in_batch(completion, "failed")
             except Exception:  # noqa: BLE001 - the job is failed whatever its batch's count says
-                log.exception("job %s (%s): could not count its failure in its batch", queued.id, queued.name)
+                log.exception(
+                    "job %s (%s): could not count its failure in its batch", escaped(queued.id), escaped(queued.name)
+                )
         if queued.meta and "chain" in queued.meta:
             try:
                 completion.follow = self._hand_over(catch_job(queued))
             except Exception:  # noqa: BLE001 - the link is failed whatever happens to its catch
-                log.exception("job %s (%s): could not queue the chain's catch job", queued.id, queued.name)
+                log.exception(
+                    "job %s (%s): could not queue the chain's catch job", escaped(queued.id), escaped(queued.name)
+                )
         return completion
 
     def decided(self, queued: QueuedJob, decision: tuple[str, float, str], duration: float = 0.0) -> Completion:
@@ -298,7 +308,9 @@ class Executor:
             try:
                 self._count_in_batch(completion, "skipped")
             except Exception:  # noqa: BLE001 - skipped whatever its batch's count says
-                log.exception("job %s (%s): could not count its skip in its batch", queued.id, queued.name)
+                log.exception(
+                    "job %s (%s): could not count its skip in its batch", escaped(queued.id), escaped(queued.name)
+                )
         return completion
 
     def _count_in_batch(self, completion: Completion, field: str) -> None:
@@ -333,12 +345,16 @@ class Executor:
     def keep_result(self, queued: QueuedJob, seconds: float, record: dict[str, Any]) -> None:
         """Keep a finished job's result in the lock store (``KEEP_RESULT``)."""
         if self.locks is None:
-            log.warning("job %s (%s) keeps its result, but there is no lock store for it", queued.id, queued.name)
+            log.warning(
+                "job %s (%s) keeps its result, but there is no lock store for it",
+                escaped(queued.id),
+                escaped(queued.name),
+            )
             return
         try:
             self.locks.put_value(result_key(queued.id), encode(record), seconds)
         except Exception:  # noqa: BLE001 - the job's outcome stands; only its result is lost
-            log.exception("job %s (%s): its result could not be kept", queued.id, queued.name)
+            log.exception("job %s (%s): its result could not be kept", escaped(queued.id), escaped(queued.name))
 
     def run_inline(self, job: QueuedJob, failed_store: Callable[[FailedJob], None] | None = None) -> str:
         """Run ``job`` now, in this thread, through all its attempts without
@@ -409,10 +425,13 @@ class Executor:
             )
             return
         if outcome is ABANDONED:
-            log.warning("job %s (%s) was interrupted; released for another attempt", job.id, job.name)
+            log.warning("job %s (%s) was interrupted; released for another attempt", escaped(job.id), escaped(job.name))
             return
         if outcome is DEFERRED:
-            log.info("job %s (%s) deferred %.3gs: %s", job.id, job.name, completion.delay, completion.reason)
+            log.info(
+                "job %s (%s) deferred %.3gs: %s", escaped(job.id), escaped(job.name), completion.delay,
+                escaped(completion.reason),
+            )  # fmt: skip
             signals.emit(
                 signals.job_deferred,
                 self.sender,
@@ -424,14 +443,14 @@ class Executor:
             return
         if outcome is SKIPPED:
             self.release_unique(job)
-            log.info("job %s (%s) skipped: %s", job.id, job.name, completion.reason)
+            log.info("job %s (%s) skipped: %s", escaped(job.id), escaped(job.name), escaped(completion.reason))
             signals.emit(signals.job_skipped, self.sender, job=job, connection=job.connection, reason=completion.reason)
             return
         if outcome is INTERRUPTED:
             log.warning(
                 "job %s (%s) was interrupted by the worker's stop; handed back without spending attempt %d/%d",
-                job.id,
-                job.name,
+                escaped(job.id),
+                escaped(job.name),
                 job.attempts,
                 job.max_attempts,
             )
@@ -453,19 +472,22 @@ class Executor:
         )
         if final:
             self.release_unique(job)
-            log.error("job %s (%s) failed after %d attempt(s): %s", job.id, job.name, attempt, info.error)
+            log.error(
+                "job %s (%s) failed after %d attempt(s): %s", escaped(job.id), escaped(job.name), attempt,
+                escaped(info.error, LOGGED_ERROR),
+            )  # fmt: skip
             signals.emit(
                 signals.job_failed, self.sender, job=job, connection=job.connection, error=info.error, exception=info
             )
         else:
             log.warning(
                 "job %s (%s) attempt %d/%d failed, retrying in %.3gs: %s",
-                job.id,
-                job.name,
+                escaped(job.id),
+                escaped(job.name),
                 job.attempts,
                 job.max_attempts,
                 completion.delay,
-                info.error,
+                escaped(info.error, LOGGED_ERROR),
             )
             signals.emit(
                 signals.job_released,
@@ -483,7 +505,7 @@ class Executor:
         try:
             self.locks.release(job.unique_key, job.unique_owner)
         except Exception as exc:  # noqa: BLE001 - the lock's own expiry is the net
-            log.warning("could not release unique lock %s: %s", job.unique_key, exc)
+            log.warning("could not release unique lock %s: %s", escaped(job.unique_key), escaped(exc))
 
 
 def result_key(job_id: str) -> str:

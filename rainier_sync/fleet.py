@@ -32,7 +32,7 @@ from . import _clock
 
 if TYPE_CHECKING:
     from .execution import Completion, Outcome
-    from .locks.base import LockStore
+    from .state.base import LockStore
     from .types import QueuedJob
 
 __all__ = [
@@ -310,6 +310,8 @@ class FleetRecorder:
         self._lock = threading.Lock()
         self._leaving = threading.Event()
         self._thread: threading.Thread | None = None
+        #: A record was written (or tried): leave() then removes it.
+        self._written = False
 
     def start(self) -> None:
         """Write the record now and every :data:`RECORD_EVERY` seconds after, on a
@@ -364,6 +366,7 @@ class FleetRecorder:
 
     def refresh(self) -> None:
         """Write the record and the counts."""
+        self._written = True
         try:
             self.locks.put_value(worker_key(self.id), json.dumps(self._snapshot()), RECORD_TTL)
             # Raised every time: a listing lowers it if the record lapsed while this worker was stuck.
@@ -396,6 +399,8 @@ class FleetRecorder:
             self._leaving.set()
             # Bounded: a lock store that hangs leaves the record to lapse on its own.
             thread.join(RECORD_TTL)
+        if not self._written:
+            return  # never recorded (stopped while it waited for its backend): nothing to remove
         self.flush()
         try:
             self.locks.set_flag(workers_group(self.connection), self.id, False)

@@ -14,7 +14,7 @@ from . import _clock, signals
 from .batch import PendingBatch, RecordedBatch
 from .chain import PendingChain, RecordedChain
 from .container import Container
-from .coordination import Coordination
+from .coordination import Coordination, store_of
 from .errors import (
     ConfigurationError,
     NoQueueConfiguredError,
@@ -33,9 +33,9 @@ from .unique import admit_within, release, release_within
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
-    from .locks.base import LockStore
-    from .outbox.store import Outbox
+    from .drivers.database.outbox import Outbox
     from .schedule import Schedule
+    from .state.base import LockStore
 
 __all__ = [
     "QueueManager",
@@ -58,7 +58,7 @@ class _Own(enum.Enum):
 
 
 #: ``locks=`` left out: the store in the default connection's own backend
-#: (:func:`rainier_sync.locks.store_of`), or none where it cannot hold one.
+#: (:func:`rainier_sync.coordination.store_of`), or none where it cannot hold one.
 OWN_STORE: Literal[_Own.STORE] = _Own.STORE
 
 #: Jobs per slice when a driver stores a batch as it is built.
@@ -74,7 +74,7 @@ class QueueManager(Coordination, OnlyAFakeRecords):
     paused queues, batches, chains, results, the schedule and the workers'
     records; left out, it is the one in the default connection's own backend
     (memory, database, Redis; Kafka's lease store: see
-    :func:`rainier_sync.locks.store_of`), and on SQS and sync there is none, so
+    :func:`rainier_sync.coordination.store_of`), and on SQS and sync there is none, so
     what needs one raises naming ``locks``. ``locks=None`` says "no store" on any
     driver. ``outbox`` is where a
     dispatch ``.within(conn)`` to a connection that cannot write in the caller's
@@ -111,8 +111,6 @@ class QueueManager(Coordination, OnlyAFakeRecords):
             raise UnknownConnectionError(f"default connection {default!r} is not declared (declared: {declared})")
         self.default: str | None = default
         if locks is OWN_STORE and default is not None:
-            from .locks import store_of
-
             self.locks = store_of(self._connections[default])
         #: Where dispatches go instead of the drivers (see :meth:`route_sends`).
         self._router: Callable[[str | None, list[QueuedJob]], list[str | None]] | None = None

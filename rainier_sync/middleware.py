@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from ._allowance import allowance
 from ._checks import check_number
 from .errors import ConfigurationError
+from .state.base import STORE_HINT
 
 if TYPE_CHECKING:
     from .jobs import Job, JobContext
-    from .locks.base import LockStore
+    from .state.base import LockStore
 
 __all__ = ["Middleware", "RateLimited", "WithoutOverlapping", "ThrottlesExceptions", "Skip", "StoreBacked"]
 
@@ -53,8 +54,7 @@ class StoreBacked:
     def _locks(self) -> LockStore:
         if self.store is None:
             raise ConfigurationError(
-                f"{type(self).__name__} keeps its state in a lock store, and none is configured: "
-                "give the QueueManager locks= (a RedisLockStore or DatabaseLockStore shared by every worker)"
+                f"{type(self).__name__} keeps its state in a lock store, and none is configured: {STORE_HINT}"
             )
         return self.store
 

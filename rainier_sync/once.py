@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from .jobs import Job, JobContext
-    from .locks.base import LockStore
+    from .state.base import Locks
 
 __all__ = ["OnceGuard", "DEFAULT_HOLD"]
 
@@ -25,7 +25,7 @@ DEFAULT_HOLD = 7 * 86400.0
 class OnceGuard:
     """The middleware the executor puts first for a job that carries ``meta["once"]``."""
 
-    def __init__(self, store: LockStore | None, meta: dict[str, Any]) -> None:
+    def __init__(self, store: Locks | None, meta: dict[str, Any]) -> None:
         self.store = store
         self.key = str(meta.get("once") or meta.get("tick") or "")
         hold = meta.get("hold", DEFAULT_HOLD)

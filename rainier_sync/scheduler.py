@@ -12,8 +12,8 @@ from .errors import ConfigurationError
 from .schedule import HOLD_MARGIN, Entry
 
 if TYPE_CHECKING:
-    from .locks.base import LockStore
     from .manager import QueueManager
+    from .state.base import LockStore
 
 __all__ = ["Scheduler"]
 

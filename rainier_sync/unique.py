@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:
     from .drivers.base import BaseQueue
-    from .locks.base import LockStore
+    from .state.base import Locks
     from .types import QueuedJob
 
 __all__ = ["admit", "admit_within", "release", "release_within", "admit_relayed", "release_relayed", "unguarded"]
@@ -30,7 +30,7 @@ def unguarded(job: QueuedJob) -> None:
 
 
 def admit(
-    locks: LockStore | None, jobs: Iterable[QueuedJob], ids: list[str | None], locked: list[QueuedJob]
+    locks: Locks | None, jobs: Iterable[QueuedJob], ids: list[str | None], locked: list[QueuedJob]
 ) -> list[QueuedJob]:
     """Take the unique jobs' locks; returns the jobs to push, and appends each
     job's id to ``ids`` (None for a duplicate dropped) and each lock taken to ``locked``."""
@@ -50,7 +50,7 @@ def admit(
 
 
 def admit_within(
-    locks: LockStore | None,
+    locks: Locks | None,
     driver: BaseQueue,
     within: Any,
     jobs: Iterable[QueuedJob],
@@ -84,7 +84,7 @@ def admit_within(
     return to_push
 
 
-def release(locks: LockStore | None, locked: list[QueuedJob]) -> None:
+def release(locks: Locks | None, locked: list[QueuedJob]) -> None:
     """After a failed push: the unique locks its jobs took."""
     if locks is None:
         return
@@ -105,7 +105,7 @@ def release_within(driver: BaseQueue, within: Any, held: list[tuple[str, str]]) 
         log.exception("could not give back unique locks %s after a failed push", ", ".join(key for key, _ in held))
 
 
-def admit_relayed(locks: LockStore, jobs: Sequence[QueuedJob]) -> set[int]:
+def admit_relayed(locks: Locks, jobs: Sequence[QueuedJob]) -> set[int]:
     """Take the locks of the unique ones among ``jobs`` (a relay's, from the
     outbox); returns the indexes of the duplicates to drop.
 
@@ -138,7 +138,7 @@ def admit_relayed(locks: LockStore, jobs: Sequence[QueuedJob]) -> set[int]:
     return dropped
 
 
-def release_relayed(locks: LockStore | None, jobs: Iterable[QueuedJob]) -> None:
+def release_relayed(locks: Locks | None, jobs: Iterable[QueuedJob]) -> None:
     """Jobs a relay took from the outbox and then set aside (their connection
     refused them): their locks and marks go, so the next dispatch of such a job
     is not dropped as the duplicate of one that exists nowhere."""
@@ -155,7 +155,7 @@ def release_relayed(locks: LockStore | None, jobs: Iterable[QueuedJob]) -> None:
             log.exception("could not release unique lock %s of a job set aside in the outbox", job.unique_key)
 
 
-def _acquire(locks: LockStore, wanted: Sequence[tuple[str, str, float]]) -> list[bool]:
+def _acquire(locks: Locks, wanted: Sequence[tuple[str, str, float]]) -> list[bool]:
     """``acquire_many`` for ``(key, owner, ttl)`` triples, one call per distinct ttl."""
     results = [False] * len(wanted)
     by_ttl: dict[float, list[int]] = {}

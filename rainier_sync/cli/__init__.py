@@ -19,6 +19,7 @@ import sys
 import traceback
 from typing import Callable, Sequence
 
+from .._text import escaped
 from .app import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None, *, frontend: Frontend | None = None)
 def fail(frontend: Frontend, message: str, code: int, verbose: bool) -> int:
     if verbose:
         traceback.print_exc(file=sys.stderr)
-    sys.stderr.write(f"{frontend.name}: error: {' '.join(message.split())}\n")
+    sys.stderr.write(f"{frontend.name}: error: {escaped(' '.join(message.split()))}\n")
     return code
 
 

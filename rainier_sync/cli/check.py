@@ -13,6 +13,7 @@ import argparse
 import math
 from typing import IO, TYPE_CHECKING
 
+from ..state.base import STORE_HINT
 from .app import EXIT_OK, EXIT_USAGE, Frontend, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ __all__ = ["cmd_check", "PROBE_KEY"]
 #: The key the lock store is asked about: nothing ever holds it.
 PROBE_KEY = "rainier:check"
 
-_STORE_HINT = "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
 
 
 class Findings:
@@ -95,7 +95,7 @@ def _registry(frontend: Frontend, manager: QueueManager, findings: Findings) -> 
         if manager.locks is None:
             findings.problem(
                 f"registry: jobs {names} keep state in a lock store (middleware, KEEP_RESULT), and the manager "
-                f"has none: {_STORE_HINT}"
+                f"has none: {STORE_HINT}"
             )
         else:
             findings.ok(f"registry: jobs {names} keep state in the lock store")
@@ -112,7 +112,7 @@ def _schedule(manager: QueueManager, findings: Findings) -> None:
     if manager.locks is None:
         findings.problem(
             f"schedule: {len(entries)} entries but no lock store to dispatch each tick once across schedulers: "
-            f"{_STORE_HINT}"
+            f"{STORE_HINT}"
         )
     elif not unregistered:
         findings.ok(f"schedule: {len(entries)} entries, each job registered")

@@ -7,12 +7,14 @@ import argparse
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .._text import escaped
 from .app import EXIT_FAILURE, EXIT_OK, CommandError, Frontend, UsageError, selected
 from .output import Progress, table, when
 
@@ -25,7 +27,11 @@ log = logging.getLogger("rainier_sync")
 
 
 def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
-    stats = run_worker(frontend, frontend.manager(args), args)
+    manager = boot_for_work(frontend, args)
+    if manager is None:
+        log.info("worker stopped before its backend could be reached")
+        return EXIT_OK
+    stats = run_worker(frontend, manager, args)
     summary = f"worker stopped: {stats.processed} processed, {stats.released} released, {stats.failed} failed"
     for count, what in ((stats.discarded, "unreadable"), (stats.interrupted, "interrupted")):
         if count:
@@ -36,6 +42,48 @@ def cmd_work(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:
         return EXIT_FAILURE
     log.info("%s", summary)
     return EXIT_OK
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT while the worker's manager could not be booted yet (a
+    BaseException, so that no ``except Exception`` on the way takes it for an error)."""
+
+
+def boot_for_work(frontend: Frontend, args: argparse.Namespace) -> QueueManager | None:
+    """The worker's manager, booted once its backend can be reached; None when
+    SIGTERM or SIGINT came first.
+
+    A driver that connects as it is built (the database driver) cannot be built
+    while its server is down. That is waited for as the worker waits for a
+    backend at start-up: reported, tried again with a backoff, and a ``--once``
+    run gives up after ``--give-up`` seconds; a refused configuration fails at once.
+    """
+    from ..worker.health import Health, is_outage
+    from ..worker.options import ONCE_GIVE_UP
+
+    give_up = ONCE_GIVE_UP if args.give_up is None else args.give_up
+    health = Health(frontend, args.connection, once=args.once, give_up=give_up)
+    previous: dict[int, Any] = {}
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stopped
+
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                return frontend.manager(args)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                health.failed("boot", exc)
+            time.sleep(health.backoff())
+    except _Stopped:
+        return None
+    finally:
+        for signum, handler in previous.items():  # the worker installs its own
+            signal.signal(signum, handler)
 
 
 def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespace) -> WorkerStats:
@@ -76,8 +124,6 @@ def run_worker(frontend: Frontend, manager: QueueManager, args: argparse.Namespa
         options = WorkerOptions(**{key: value for key, value in given.items() if value is not None})
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
-    if driver.capabilities.eviction_check:
-        driver.check_eviction_policy()  # logs a warning unless the backend refuses writes rather than evicting jobs
     worker = frontend.worker(manager, options, args.connection)
     if threading.current_thread() is threading.main_thread():
         worker.install_signal_handlers()
@@ -196,15 +242,17 @@ def _show_failed(out: IO[str], failed: FailedJob) -> None:
         ("Crashed", "yes" if info.crashed else "no"),
     ]
     width = max(len(label) for label, _ in fields) + 2
+    # A stored value's lines are shown as lines, each escaped (no control character reaches the terminal).
     for label, value in fields:
         first, *rest = value.splitlines() or [""]
-        out.write(f"{label.ljust(width)}{first}".rstrip() + "\n")
+        out.write(f"{label.ljust(width)}{escaped(first)}".rstrip() + "\n")
         for line in rest:
-            out.write(f"{' ' * width}{line}".rstrip() + "\n")
+            out.write(f"{' ' * width}{escaped(line)}".rstrip() + "\n")
     out.write("\nPayload:\n")
     out.write(json.dumps(failed.payload, indent=2) + "\n")
     out.write("\nTraceback:\n")
-    out.write(info.traceback if info.traceback.endswith("\n") else f"{info.traceback or '(none recorded)'}\n")
+    for line in info.traceback.splitlines() or ["(none recorded)"]:
+        out.write(escaped(line) + "\n")
 
 
 def cmd_retry(frontend: Frontend, args: argparse.Namespace, out: IO[str]) -> int:

@@ -8,6 +8,8 @@ import time
 from datetime import datetime, timezone
 from typing import IO, Sequence
 
+from .._text import escaped
+
 __all__ = ["when", "table", "Progress", "SQUEEZED_WIDTH"]
 
 #: How much of a long cell (a failed job's error) a list shows off a terminal.
@@ -27,7 +29,9 @@ def table(
     numeric: Sequence[int] = (),
 ) -> None:
     """Columns padded to fit; column ``squeeze`` is cut to the terminal's width
-    (off a terminal, to :data:`SQUEEZED_WIDTH` characters)."""
+    (off a terminal, to :data:`SQUEEZED_WIDTH` characters). Cells are escaped
+    (:func:`~rainier_sync._text.escaped`): a stored value cannot break a row."""
+    rows = [[escaped(cell) for cell in row] for row in rows]
     widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
     if squeeze is not None:
         room = SQUEEZED_WIDTH

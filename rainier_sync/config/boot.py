@@ -15,9 +15,9 @@ from .connections import ConnectionConfig, Connections, as_connections
 if TYPE_CHECKING:
     from ..container import Container
     from ..drivers.base import BaseQueue
-    from ..locks.base import LockStore
-    from ..outbox.store import Outbox
+    from ..drivers.database.outbox import Outbox
     from ..registry import JobRegistry
+    from ..state.base import LockStore
 
 __all__ = ["QueueResources", "Booted", "build", "build_from_env", "build_from_config"]
 
@@ -165,7 +165,7 @@ def _outbox(connections: Connections, context: BootContext) -> Outbox | None:
             )
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"{where} needs {label} to be a database URL such as sqlite:///app.db, got {url!r}")
-    from ..outbox.store import Outbox
+    from ..drivers.database.outbox import Outbox
 
     try:
         return Outbox(url, connections=names)

@@ -22,8 +22,8 @@ from .waker import Waker
 
 if TYPE_CHECKING:
     from ..container import Container
-    from ..locks.base import LockStore
     from ..registry import JobRegistry
+    from ..state.base import LockStore
 
 __all__ = [
     "QueueDriver",

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeVar
 
 from .. import _clock
+from ..state.memory import MemoryLockStore
 from ..types import (
     ExceptionInfo,
     FailedJob,
@@ -49,6 +50,8 @@ class MemoryQueue(BaseQueue):
     listing_scan = 10_000
     promises = Promises.of(QueueDriver.MEMORY)
     capabilities = Capabilities(give_back=True, wakes=True, listing=True)
+    #: The store of :meth:`lock_store`, made on first use.
+    _lock_store: MemoryLockStore | None = None
 
     def __init__(self, reservation: float = 90) -> None:
         if isinstance(reservation, bool) or not isinstance(reservation, (int, float)) or reservation <= 0:
@@ -68,6 +71,13 @@ class MemoryQueue(BaseQueue):
     def bind(self, manager: Binding, connection: str) -> None:
         super().bind(manager, connection)
         self._manager = manager
+
+    def lock_store(self) -> MemoryLockStore:
+        """The store in this process's memory, one per queue: every manager over it sees the same state."""
+        with self._mutex:
+            if self._lock_store is None:
+                self._lock_store = MemoryLockStore()
+            return self._lock_store
 
     # -- producing -----------------------------------------------------------
     def _enqueue(self, job: QueuedJob, now: float) -> None:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:
     from ..container import Container
-    from ..locks.base import LockStore
     from ..registry import JobRegistry
+    from ..state.base import LockStore
     from .base import BaseQueue
 
 __all__ = [

@@ -40,6 +40,7 @@ from flask import Blueprint, Response, abort, current_app, redirect, render_temp
 from werkzeug.routing import BaseConverter, ValidationError
 
 from ..errors import UniqueLockHeldError
+from ..state.base import STORE_HINT
 from ..types import JOB_STATES
 from .browse import PAGE_SIZE, browse_view, job_view
 from .charts import FLEET_SEGMENTS, WAIT_LINES, duration
@@ -432,7 +433,7 @@ def cancel_batch(batch_id: str) -> BaseResponse:
 
     manager = get_state().manager
     if manager.locks is None:
-        abort(404, description="Batches need a lock store: give QueueManager locks=.")
+        abort(404, description=f"Batches need a lock store: {STORE_HINT}.")
     if not manager.cancel_batch(batch_id):
         return redirect(url_for(".batches", notice="batch-missing", job=batch_id), code=303)
     return redirect(url_for(".batch", batch_id=batch_id, notice="batch-cancelled", job=batch_id), code=303)

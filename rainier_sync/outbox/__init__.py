@@ -12,16 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..drivers.database.outbox import Outbox as Outbox
     from .relay import Relay as Relay
     from .relay import RelayStats as RelayStats
-    from .store import Outbox as Outbox
 
 __all__ = ["Outbox", "Relay", "RelayStats"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Outbox":
-        from .store import Outbox
+        from ..drivers.database.outbox import Outbox
 
         return Outbox
     if name in ("Relay", "RelayStats"):

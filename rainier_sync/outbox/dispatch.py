@@ -11,10 +11,10 @@ from ..unique import unguarded
 
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
-    from ..locks.base import LockStore
+    from ..drivers.database.outbox import Outbox
     from ..registry import JobRegistry
+    from ..state.base import LockStore
     from ..types import QueuedJob
-    from .store import Outbox
 
 
 class Dispatching(Protocol):

@@ -25,8 +25,8 @@ from ..unique import admit_relayed, release_relayed
 
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
+    from ..drivers.database.outbox import Hold, Outbox, Row
     from ..manager import QueueManager
-    from .store import Hold, Outbox, Row
 
 __all__ = ["Publishing", "RelayStats"]
 

@@ -27,8 +27,8 @@ from .publish import Publishing, RelayStats, describe_rows
 
 if TYPE_CHECKING:
     from ..drivers.base import BaseQueue
+    from ..drivers.database.outbox import Outbox
     from ..manager import QueueManager
-    from .store import Outbox
 
 __all__ = ["Relay", "RelayStats", "BATCH"]
 
@@ -263,18 +263,9 @@ class Relay(Publishing):
         """Listen (PostgreSQL) before looking, so a commit in between wakes the next wait."""
         if not self.outbox.listens or (self._listener is not None and not self._listener.closed):
             return
-        from ..drivers.database._connection import connect
-        from ..drivers.database._schema import OUTBOX_CHANNEL
-
         try:
-            conn = connect(self.outbox.target, application_name="rainier_sync-relay-listen")
+            conn = self.outbox.open_listener()
         except Exception as exc:  # noqa: BLE001 - this wait polls; the next one tries again
-            self._report("outbox", "listen", exc)
-            return
-        try:
-            conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
-        except Exception as exc:  # noqa: BLE001 - as above
-            conn.close()
             self._report("outbox", "listen", exc)
             return
         self._listener = conn

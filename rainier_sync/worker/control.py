@@ -9,6 +9,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .. import _clock
+from .._text import escaped
 
 if TYPE_CHECKING:
     from ..manager import QueueManager
@@ -116,7 +117,7 @@ class Control:
                 log.error(
                     "the outbox relay (%s) did not relay everything before this run's first claim: %s",
                     relay.outbox.describe(),
-                    exc,
+                    escaped(exc),
                 )
         else:
             relay.start()

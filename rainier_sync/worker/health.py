@@ -1,7 +1,7 @@
 """How a worker's backend has been doing: each failed operation reported (log
-and ``queue_operation_failed``), the current run of failures, and when a
-``once`` run gives up on it; and :class:`WorkerHealth`, what
-:meth:`Worker.health` reports."""
+and ``queue_operation_failed``), the current run of failures, whether it has
+answered yet, and when a ``once`` run gives up on it; and :class:`WorkerHealth`,
+what :meth:`Worker.health` reports."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import _clock, signals
+from .._text import escaped
 from ..errors import QueueUnavailableError
 from ..types import ExceptionInfo
 
-__all__ = ["Health", "WorkerHealth", "HealthFile"]
+__all__ = ["Health", "WorkerHealth", "HealthFile", "is_outage"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -78,6 +79,12 @@ class HealthFile:
         self._warned = False
 
 
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the backend cannot be reached (yet), rather than that it
+    answered and refused: an outage is ridden out, a refusal is a configuration error."""
+    return isinstance(exc, (QueueUnavailableError, ConnectionError, TimeoutError))
+
+
 class Health:
     """The failures of one worker's backend operations."""
 
@@ -90,6 +97,23 @@ class Health:
         #: When the current run of failures began (None: the last operation worked).
         self.failing_since: float | None = None
         self.failures = 0
+        #: Whether a claim has gone through since :meth:`begin`.
+        self.answered = False
+
+    def begin(self) -> None:
+        """A run begins: no failures yet, and no claim has gone through yet."""
+        self.clear()
+        self.answered = False
+
+    def clear(self) -> None:
+        """The backend answered an operation: the run of failures is over."""
+        self.failures = 0
+        self.failing_since = None
+
+    @property
+    def named(self) -> str:
+        """The connection as messages name it."""
+        return "the default connection" if self.connection is None else f"connection {self.connection!r}"
 
     def call(self, operation: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``; a failure is reported and None returned (the loop retries with a backoff)."""
@@ -105,7 +129,7 @@ class Health:
         self.last_error = f"{operation}: {info.error}"
         if self.failing_since is None:
             self.failing_since = _clock.monotonic()
-        log.error("queue operation %s on connection %r failed: %s", operation, self.connection, info.error)
+        log.error("queue operation %s on %s failed: %s", operation, self.named, escaped(info.error))
         signals.emit(
             signals.queue_operation_failed,
             self.sender,
@@ -116,9 +140,9 @@ class Health:
         )
 
     def ok(self) -> None:
-        """The backend answered: the run of failures is over."""
-        self.failures = 0
-        self.failing_since = None
+        """A claim went through: the run of failures is over."""
+        self.clear()
+        self.answered = True
 
     def backoff(self) -> float:
         """After a failure: how long to pause (longer each time, at most 5 s).
@@ -139,8 +163,14 @@ class Health:
         if since is None:
             return
         failing = _clock.monotonic() - since
-        if failing >= self.give_up:
+        if failing < self.give_up:
+            return
+        if not self.answered:
             raise QueueUnavailableError(
-                f"connection {self.connection!r} kept failing for {failing:.1f}s; giving up this --once run "
-                f"(last error: {self.last_error})"
+                f"{self.named} has not answered since the worker started: it kept failing for "
+                f"{failing:.1f}s; giving up this --once run (last error: {self.last_error})"
             )
+        raise QueueUnavailableError(
+            f"{self.named} kept failing for {failing:.1f}s; giving up this --once run "
+            f"(last error: {self.last_error})"
+        )

@@ -1,6 +1,9 @@
 """The worker's owning loop: the one thread that talks to the backend.
 
-Each turn of :meth:`Worker.run` goes through named phases: **maintain**
+A run **starts up** first: it waits for the backend to answer (its first
+sweep for lapsed reservations), riding out an outage as it would one later
+on, while a backend that answers and refuses the configuration ends the run
+at once. Then each turn of :meth:`Worker.run` goes through named phases: **maintain**
 (renew the reservations of held jobs, sweep lapsed ones, collect finished
 attempts), then either **shut down** (once stopped: hand back what never
 started, settle, wait out the grace) or **claim** (settle and claim in one
@@ -23,10 +26,11 @@ from ..errors import ConfigurationError
 from ..execution import ABANDONED, Completion, Executor
 from ..fleet import RECORD_EVERY, FleetRecorder, wait_bucket
 from ..scheduler import Scheduler
+from ..state.base import STORE_HINT
 from ..types import QueuedJob
 from .attempts import Attempts
 from .control import Control
-from .health import TOUCH_EVERY, Health, HealthFile, WorkerHealth
+from .health import TOUCH_EVERY, Health, HealthFile, WorkerHealth, is_outage
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
 from .pool import Pool
 from .settle import Claims
@@ -79,7 +83,7 @@ class Worker(Control, Stopping):
                 names = ", ".join(sorted(cls.NAME for cls in needing))
                 raise ConfigurationError(
                     f"jobs {names} keep state in a lock store (middleware, KEEP_RESULT), and the manager has none: "
-                    "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
+                    + STORE_HINT
                 )
         self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self, dispatcher=manager)
         self.executor.in_rounds = True  # the owning loop counts jobs of batches a round at a time (settle.py)
@@ -147,6 +151,7 @@ class Worker(Control, Stopping):
         #: When the owning loop last began a turn (monotonic; None before the run).
         self._last_turn: float | None = None
         self._relay = self._make_relay()
+        self._eviction_checked = False
 
     def health(self) -> WorkerHealth:
         """What a liveness probe judges: how long ago the loop last turned, what it
@@ -164,11 +169,22 @@ class Worker(Control, Stopping):
 
     # -- the owning loop -----------------------------------------------------------
     def run(self) -> WorkerStats:
-        """Work until stopped; with ``once``, until nothing is due. Returns the stats."""
+        """Work until stopped; with ``once``, until nothing is due. Returns the stats.
+
+        It first waits for a backend that cannot be reached yet, as for an outage
+        (a ``once`` run gives up after ``give_up`` seconds); a backend that answers
+        and refuses raises :class:`~rainier_sync.errors.ConfigurationError` at once.
+        """
         self._begin()
         try:
-            while self._turn():
-                pass
+            if self._start_up():
+                # Recorded once its backend answers: a worker still waiting for it is not
+                # listed as working, and its record's failures do not hide why it waits.
+                if self.fleet is not None:  # its thread starts after attempts.prepare() forked
+                    self.fleet.start()
+                self._start_relay()
+                while self._turn():
+                    pass
         finally:
             self._shut_down()
         return self.stats
@@ -177,13 +193,57 @@ class Worker(Control, Stopping):
         now = _clock.monotonic()
         self._next_beat = now + self._beat if self._beat else float("inf")
         self._next_reclaim = 0.0
-        self._health.ok()
+        self._health.begin()
         self._loop_thread = threading.get_ident()
         signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
         self._start_pool()
-        self._start_relay()
-        if self.fleet is not None:  # its thread starts after attempts.prepare() forked
-            self.fleet.start()
+
+    def _start_up(self) -> bool:
+        """Wait until the backend answers; False when the worker was stopped first.
+
+        A backend that cannot be reached yet (:func:`~.health.is_outage`) is
+        waited for as an outage later on is: each failed try reported (log,
+        ``queue_operation_failed``, :meth:`health`), tried again with a backoff,
+        and a ``once`` run gives up after ``give_up`` seconds. Any other error (a
+        backend that answers and refuses: bad credentials, no such database)
+        ends the run at once. The loop counts as turning meanwhile (the health
+        file is touched).
+        """
+        health = self._health
+        while True:
+            self._waker.clear()
+            signalled, self._signalled = self._signalled, None
+            if signalled is not None:
+                self.stop(signalled[0])
+            if self._stop.is_set():
+                return False
+            now = self._last_turn = _clock.monotonic()
+            if self._health_file is not None:
+                self._health_file.turn(now)
+            try:
+                self._reach()
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                health.failed("start", exc)
+                self._waker.wait(min(health.backoff(), self._longest_wait))
+                continue
+            if health.failing_since is not None:
+                log.info(
+                    "connection %r answered after %.1fs; the worker starts",
+                    self.connection_name, _clock.monotonic() - health.failing_since,
+                )  # fmt: skip
+            health.clear()
+            self._next_reclaim = _clock.monotonic() + self.options.reclaim_interval
+            return True
+
+    def _reach(self) -> None:
+        """The start-up's try: sweep for lapsed reservations (the loop's first backend
+        operation), then, where the driver can tell, warn of a backend that may evict jobs."""
+        self._consumer().reclaim_expired()
+        if self.driver.capabilities.eviction_check and not self._eviction_checked:
+            self.driver.check_eviction_policy()
+            self._eviction_checked = True
 
     def _turn(self) -> bool:
         """One turn of the loop; False when the run is over."""

@@ -39,7 +39,7 @@ class WorkerOptions:
     - ``once``: run what is due, then return (the cron mode).
     - ``give_up``: with ``once``, seconds the backend may keep failing (every
       failed operation counts, from the first of a run of failures to the next
-      success) before the run ends with
+      success; at start-up too, while it cannot be reached yet) before the run ends with
       :class:`~rainier_sync.errors.QueueUnavailableError`: long enough to ride
       out a blip, short enough that a cron run never overlaps the next one.
     - ``grace``: seconds running jobs get to finish after :meth:`Worker.stop`.

@@ -6,7 +6,9 @@ counted first (:mod:`.counting`: all in one round trip of the lock store, or
 with their acknowledgements where the driver keeps the tallies); then
 acknowledgements in batches (with the next claim, where the driver can do both
 in one round trip), every other outcome one call each. A settle that fails
-half-way repeats only what is left, so no job is failed or announced twice.
+half-way repeats only what is left, so no job is failed or announced twice. A
+record the backend refuses (``PayloadError``) costs only its own job: reported
+and left reserved, while the rest of the round settles.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import collections
 import logging
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from ..errors import PayloadError
 from ..execution import DEFERRED, FAILED, INTERRUPTED, PROCESSED, RELEASED, SKIPPED, Completion, Executor
 from ..types import QueuedJob
 from .counting import Counting
@@ -184,7 +187,12 @@ class Claims:
         try:
             for completion in batch:
                 if completion.outcome is not PROCESSED or completion.follow:
-                    self._executor.apply(session, completion)
+                    try:
+                        self._executor.apply(session, completion)
+                    except PayloadError as exc:
+                        # The backend refused this one record, not the round: the rest settle.
+                        self._refused(completion, exc)
+                        continue
                     applied.append(completion)
         except Exception as exc:  # noqa: BLE001 - kept and retried; the reservation protects the job
             self._report("settle", exc)
@@ -196,6 +204,20 @@ class Claims:
             return None
         self._account(applied)
         return acks
+
+    def _refused(self, completion: Completion, exc: PayloadError) -> None:
+        """The backend refused to store ``completion``'s record, which no retry
+        changes (drivers store what they can of a text they cannot hold, escaped):
+        reported, and let go, still reserved, to run again once its reservation lapses."""
+        self._report("settle", exc)
+        job = completion.job
+        log.error(
+            "job %s (%s) could not be settled (%s); it stays reserved and runs again once its reservation lapses",
+            job.id,
+            job.name,
+            completion.outcome.name.lower(),
+        )
+        self.let_go([job])
 
     def _account(self, completions: Sequence[Completion]) -> None:
         """Count settled completions, and stop when a job raised SystemExit or KeyboardInterrupt."""

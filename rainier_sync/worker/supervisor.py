@@ -31,6 +31,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _clock, signals
+from .._text import escaped
 from ..errors import JobCrashedError, JobTimeoutError, PayloadError, UnknownJobError
 from ..execution import INTERRUPTED, PROCESSED, Completion, Executor
 from ..scopes import attempt_scopes
@@ -349,7 +350,7 @@ class Supervisor:
             reusable = outcome.get("op") == "done"
         except (OSError, ValueError) as exc:
             # the child cannot be talked to (or talks nonsense): stop it; the attempt counts as crashed
-            log.warning("lost touch with the child process running job %s: %s", queued.id, exc)
+            log.warning("lost touch with the child process running job %s: %s", escaped(queued.id), escaped(exc))
             self._stop_child(child)
             outcome = {"op": "crashed", "status": self._exit_status(child, 2.0)}
         finally:

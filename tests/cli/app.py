@@ -163,3 +163,7 @@ def unreachable_compatible() -> QueueManager:
 def from_env() -> QueueManager:
     """Factory for ``--app tests.cli.app:from_env``: ``QUEUE_DRIVER`` and its settings, with this registry."""
     return QueueManager.from_env(registry=registry, container=Container())
+
+
+def explodes_with_control_characters() -> QueueManager:
+    raise RuntimeError("could not boot:\nforged: a line\x00")

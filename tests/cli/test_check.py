@@ -195,3 +195,36 @@ def test_queue_work_health_file_is_touched_and_checked(
     assert alive.exists()
     assert main(["queue:work", "--once", "--health-file", str(tmp_path / "no" / "f"), APP]) == EXIT_USAGE
     assert "health_file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["schema-without-tables", "no-such-schema"])
+def test_missing_tables_on_postgresql_name_the_schema_and_search_path_looked_in(
+    postgres_url: str, capsys: pytest.CaptureFixture[str], made: bool
+) -> None:
+    import uuid
+
+    import psycopg
+
+    from rainier_sync.drivers.database import DatabaseQueue
+
+    from ..drivers.database.support import with_search_path
+
+    schema = f"rainier_check_{uuid.uuid4().hex[:8]}"
+    if made:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+    queue = DatabaseQueue.from_url(with_search_path(postgres_url, schema))
+    try:
+        app.current = QueueManager(connections={"db": queue}, registry=JobRegistry().with_job(app.Touch))
+        assert main(["check", APP]) == EXIT_USAGE
+    finally:
+        queue.close()
+        if made:
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    [tables] = [line for line in lines(capsys) if line.startswith("problem: connection db")]
+    if made:
+        assert f'the queue tables are missing from schema "{schema}" (search_path {schema}) of the PostgreSQL' in tables
+    else:
+        assert f"its search_path ({schema}) names no schema that exists: create the schema" in tables
+    assert "queue:migrate" in tables, tables

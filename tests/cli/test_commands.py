@@ -654,3 +654,42 @@ def test_status_lists_the_workers_recorded_in_the_lock_store(capsys: pytest.Capt
         worker.fleet.leave()
     assert main(["queue:status", APP, "--json"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)[0]["workers"] == []
+
+
+def test_a_failed_jobs_stored_fields_are_escaped_in_the_table(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rainier_sync.types import QueuedJob
+
+    memory.push(QueuedJob(id="id\nforged", name="name\nforged\x00row", queue="mail", payload={}))
+    reserved = memory.reserve(["mail"])
+    assert reserved is not None
+    memory.fail(reserved, "RuntimeError: error\x1b[2J\x00")
+    assert main(["queue:failed", APP]) == EXIT_OK
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == 2 and "\x00" not in out and "\x1b" not in out, out
+    assert lines[1].startswith("id\\nforged") and "name\\nforged\\x00row" in lines[1]
+    assert lines[1].endswith("RuntimeError: error\\x1b[2J\\x00")
+
+
+def test_an_error_line_escapes_what_the_error_carried(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue:status", "--app=tests.cli.app:explodes_with_control_characters"]) == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x00" not in err, err
+    assert "a line\\x00" in err
+
+
+def test_one_failed_job_in_full_escapes_each_line_of_its_stored_fields(
+    memory: MemoryQueue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rainier_sync.types import QueuedJob
+
+    memory.push(QueuedJob(id="shown-1", name="name\x1b[2J\x00", queue="mail", payload={"text": "a\x00b"}))
+    reserved = memory.reserve(["mail"])
+    assert reserved is not None
+    memory.fail(reserved, "RuntimeError: first\nsecond\x00")
+    assert main(["queue:failed", "shown-1", APP]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "\x00" not in out and "\x1b" not in out, out
+    assert "name\\x1b[2J\\x00" in out and "second\\x00" in out and '"a\\u0000b"' in out

@@ -26,7 +26,6 @@ pytest.importorskip("redis", reason="the redis extra is not installed")
         ["queue:failed", "0123456789abcdef"],
         ["queue:retry", "all"],
         ["queue:reclaim"],
-        ["queue:work", "--once", "--give-up=1", "--app=tests.cli.app:from_env"],
     ],
     ids=lambda command: " ".join(command[:2]),
 )
@@ -37,6 +36,18 @@ def test_redis_on_a_closed_port_exits_1_with_one_line(command: list[str]) -> Non
     assert done.stdout == ""
     assert done.stderr.startswith("rainier-sync: error: ") and done.stderr.count("\n") == 1
     assert f"127.0.0.1:{port}" in done.stderr
+
+
+def test_a_once_worker_on_a_closed_port_waits_give_up_then_exits_1_saying_why() -> None:
+    port = free_port()
+    done = run("queue:work", "--once", "--give-up=1", "--app=tests.cli.app:from_env",
+               env={"QUEUE_DRIVER": "redis", "REDIS_URL": f"redis://127.0.0.1:{port}/0"}, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    *logged, last = done.stderr.splitlines()
+    assert last.startswith("rainier-sync: error: ") and f"127.0.0.1:{port}" in last
+    assert "has not answered since the worker started" in last and "giving up this --once run" in last
+    assert any("queue operation start on connection 'redis' failed" in line for line in logged), done.stderr
 
 
 def test_a_once_run_gives_up_after_the_time_it_was_given() -> None:
@@ -95,5 +106,21 @@ def test_a_redis_database_index_that_does_not_exist_exits_2_naming_it(command: l
     done = run(*command, env={"QUEUE_DRIVER": "redis", "REDIS_URL": url}, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "failed:" not in done.stderr, "nothing was retried as an outage"
-    assert done.stderr.startswith("rainier-sync: error: ") and done.stderr.count("\n") == 1, done.stderr
+    # queue:work logs that its worker started (INFO) before its first operation meets the refusal.
+    said = [line for line in done.stderr.splitlines() if " INFO rainier_sync: " not in line]
+    assert len(said) == 1 and said[0].startswith("rainier-sync: error: "), done.stderr
     assert f"database index {index}" in done.stderr and "DB index is out of range" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["queue:status"], ["queue:work", "--once", "--give-up=120", "--app=tests.cli.app:from_env"]],
+    ids=lambda command: command[0],
+)
+def test_credentials_redis_refuses_exit_2_at_once_naming_them(command: list[str], redis_url: str) -> None:
+    """A user Redis does not know (WRONGPASS) is a mistake in the configuration, not an outage."""
+    url = redis_url.replace("redis://", "redis://nobody-here:wrong@", 1)
+    done = run(*command, env={"QUEUE_DRIVER": "redis", "REDIS_URL": url}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "failed:" not in done.stderr, "nothing was retried as an outage"
+    assert "refused the URL's credentials" in done.stderr, done.stderr

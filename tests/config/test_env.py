@@ -165,3 +165,14 @@ def test_unset_builds_no_queue_and_dispatch_says_so() -> None:
     assert manager.connections == {} and rainier_sync.instance() is manager
     with pytest.raises(NoQueueConfiguredError, match="no queue is configured"):
         rainier_sync.dispatch(Ping())
+
+
+def test_sqs_timeout_comes_from_its_variable_and_a_bad_one_names_it() -> None:
+    environ = {"QUEUE_DRIVER": "sqs", "SQS_QUEUE_URL": SQS, "SQS_FAILED_QUEUE_URL": SQS + "-f"}
+    environ["AWS_REGION"] = "us-east-1"
+    manager = QueueManager.from_env(environ={**environ, "SQS_TIMEOUT": "12"})
+    try:
+        assert manager.connection().timeout == 12
+    finally:
+        manager.close()
+    assert "SQS_TIMEOUT" in boot_error({**environ, "SQS_TIMEOUT": "0"})

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rainier_sync import Container, Job, JobContext, JobRegistry, QueueManager, Schedule, Worker, WorkerOptions, _clock
-from rainier_sync.locks.base import LockStore
+from rainier_sync.locks import LockStore
 from rainier_sync.schedule import Entry
 
 ENTRY = "beat"
@@ -52,11 +52,11 @@ def lock_store(backend: str, url: str, prefix: str, kill_at: int = 0, directory:
     """The shared lock store; one whose ``kill_at``-th tick claim kills the process when asked."""
     base: type[LockStore]
     if backend == "postgres":
-        from rainier_sync.locks.database import DatabaseLockStore
+        from rainier_sync.locks import DatabaseLockStore
 
         base = DatabaseLockStore
     else:
-        from rainier_sync.locks.redis import RedisLockStore
+        from rainier_sync.locks import RedisLockStore
 
         base = RedisLockStore
     made = killing(base, kill_at, directory) if kill_at else base

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -630,3 +631,93 @@ def test_a_function_job_runs_on_every_driver(q: BaseQueue) -> None:
         worker.join(15)
     assert sorted(_function_calls) == [(1, "post"), (2, "courier"), (3, "post")]
     assert worker.stats.failed == 0
+
+
+# -- a record the backend refuses costs its round nothing ----------------------------------------------------
+@dataclass
+class Raises(Job):
+    """Succeeds, or raises an error holding ``text`` (written with Python's escapes:
+    a payload may hold a NUL, never a lone surrogate)."""
+
+    NAME = "contract.raises"
+    TRIES = 1
+
+    n: int = 0
+    text: str = ""
+    ran: ClassVar[list[int]] = []
+
+    def handle(self, context: JobContext) -> None:
+        if self.text:
+            raise ValueError("broke on " + self.text.encode("ascii").decode("unicode_escape"))
+        Raises.ran.append(self.n)
+
+
+@contextlib.contextmanager
+def operation_failures() -> Iterator[list[str]]:
+    """Every backend operation a worker reports failed meanwhile."""
+    from rainier_sync import signals
+
+    heard: list[str] = []
+
+    def record(sender: object, **kwargs: object) -> None:
+        heard.append(f"{kwargs['operation']}: {kwargs['error']}")
+
+    signals.queue_operation_failed.connect(record)
+    try:
+        yield heard
+    finally:
+        signals.queue_operation_failed.disconnect(record)
+
+
+#: Texts an error may hold that some backend cannot store as they are, and how each is escaped.
+AWKWARD = {"nul": ("a\\x00b", "a\x00b", "a\\u0000b"), "lone-surrogate": ("a\\udc80b", "a\udc80b", "a\\udc80b")}
+
+
+@pytest.mark.parametrize("awkward", sorted(AWKWARD))
+def test_an_error_a_backend_cannot_store_as_it_is_fails_its_job_and_the_rest_of_its_round_settles(
+    q: BaseQueue, awkward: str
+) -> None:
+    spelt, text, escaped = AWKWARD[awkward]
+    Raises.ran.clear()
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Raises))
+    manager.dispatch_many([Raises(n) for n in range(10)])
+    bad = manager.dispatch(Raises(99, text=spelt))
+    # Every job claimed in one round: the ten acknowledgements and the failure settle together.
+    with operation_failures() as failures:
+        stats = Worker(manager, options=WorkerOptions(once=True, concurrency=11, sleep=0.05)).run()
+    assert failures == [], "no settle failed: a --once run gives up on a backend that keeps failing"
+    assert sorted(Raises.ran) == list(range(10)), "each succeeding job ran exactly once"
+    assert (stats.processed, stats.failed) == (10, 1)
+    assert q.size("default") == 0, "every job of the round is settled"
+    [failed] = q.failed_jobs(10)
+    assert failed.id == bad
+    # Stored as it was where the backend can hold it, escaped where it cannot.
+    assert f"broke on {text}" in failed.error or f"broke on {escaped}" in failed.error, failed.error
+
+
+def test_a_job_whose_name_holds_a_nul_fails_once_when_its_reservation_lapsed(h: Harness, q: BaseQueue) -> None:
+    needs(h, "reclaim a lapsed reservation")
+    from dataclasses import replace
+
+    from rainier_sync.errors import PayloadError
+
+    odd = replace(job(tries=1), name="contract.a\x00b")
+    try:
+        q.push(odd)
+    except PayloadError as exc:  # a backend that cannot hold it says so at dispatch, naming the field
+        assert "name" in str(exc), exc
+        assert q.size("default") == 0
+        return
+    # A worker takes it and dies; the next one finds its one attempt spent and fails it.
+    assert [j.id for j in reserve_all(q, ["default"], 1)] == [odd.id]
+    h.advance(h.reservation + 1)
+    q.reclaim_expired()
+    manager = QueueManager({"contract": q}, registry=JobRegistry().with_job(Raises))
+    with operation_failures() as failures:
+        stats = Worker(manager, options=WorkerOptions(once=True, concurrency=1, sleep=0.05)).run()
+    assert failures == []
+    assert stats.failed == 1
+    assert q.size("default") == 0
+    [failed] = q.failed_jobs(10)
+    assert failed.id == odd.id and "worker lost during attempt 1 of 1" in failed.error, failed.error
+    assert q.reclaim_expired() == 0 and reserve_all(q, ["default"], 1) == [], "nothing repeats"

@@ -105,7 +105,7 @@ def test_several_starts_are_taken_at_once_as_far_as_the_window_has_room(store: L
 
 
 def test_a_full_window_names_at_most_rooms_rooms(store: LockStore) -> None:
-    from rainier_sync.locks.base import ROOMS
+    from rainier_sync.state.base import ROOMS
 
     name = key()
     with freeze_time("2026-01-01 00:00:00"):

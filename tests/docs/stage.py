@@ -126,6 +126,13 @@ SETUP: dict[str, str] = {
         "    'def create_manager():\\n    return manager\\n')\n"
     ),
     "docs/worker.rst": "",
+    "docs/django-tasks.rst": (
+        "import django\n"
+        "from django.conf import settings\n"
+        "settings.configure(USE_TZ=True, TASKS={'default': {\n"
+        "    'BACKEND': 'rainier_sync.django.tasks.TasksBackend', 'QUEUES': ['default', 'mail']}})\n"
+        "django.setup()\n"
+    ),
 }
 
 #: (page, text in an example) -> what runs in its place: the reader's ``...``

@@ -10,7 +10,7 @@ import sys
 
 from rainier_sync import Container, QueueManager, Worker, WorkerOptions
 from rainier_sync.drivers.base import BaseQueue
-from rainier_sync.locks.base import LockStore
+from rainier_sync.locks import LockStore
 
 from .apps import Quiet, registry
 

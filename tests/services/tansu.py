@@ -10,7 +10,8 @@ its metadata names the port we chose: tansu exits 0 when the port is taken.
 ``tansu_s3`` (function) starts a broker whose storage engine is ``s3://`` on
 a moto server of its own (a separate process, so the broker's storage does not
 wait on the test process), in a bucket of its own, so a test can stop and
-restart it on the same port and find its topics and committed offsets again.
+restart it on the same port (after SIGINT, or after SIGKILL with
+``restart(crash=True)``) and find its topics and committed offsets again.
 tansu stores each produced batch as one S3 object and reads a fetch object by
 object: a fetch of many small batches can take longer than a consumer's
 ``fetch.wait.max.ms``, and tansu then answers it empty (see
@@ -164,8 +165,20 @@ class Tansu:
             proc.kill()
             proc.wait(5)
 
-    def restart(self) -> str:
-        self.stop()
+    def kill(self) -> None:
+        """SIGKILL the broker (kill -9): nothing it holds in memory is written out."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.kill()
+        proc.wait(5)
+
+    def restart(self, *, crash: bool = False) -> str:
+        """Stop the broker (SIGINT; SIGKILL with ``crash``) and start it again on the same port."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
         return self.start(self.port)
 
     def log_tail(self, lines: int = 40) -> str:

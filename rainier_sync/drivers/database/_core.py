@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ..._checks import check_number
-from ...types import QueuedJob
+from ...types import ExceptionInfo, QueuedJob, encode
 from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
 from .backend import _Backend
 from .dialects import dialect_for, job_row
@@ -116,6 +116,40 @@ class DatabaseCore(BaseQueue):
         if len(claimed) < len(jobs):  # not from reserve(): by job id (no index; an unusual call)
             return self._sql.by_ids([job.id for job in jobs])
         return self._sql.held([seq for seq, _ in claimed], sorted({token for _, token in claimed}))
+
+    def _failed_row(
+        self, job_id: str, queue: str, name: str, body: str, info: ExceptionInfo, attempts: int, when: float
+    ) -> tuple[Any, ...]:
+        """The values of the failed store's upsert, every text as the columns hold it.
+
+        A text the dialect cannot hold as it is (a NUL in PostgreSQL text, a lone
+        surrogate anywhere) is stored escaped rather than refused, so one record
+        never fails its worker's settlement: the JSON columns (body, exception)
+        read back as they were; the id, queue, name and error columns keep the
+        escape, and the error says so."""
+        sql = self._sql
+        body, _ = sql.storable(body)
+        exception, _ = sql.storable(encode(info.to_dict()))
+        error, in_error = sql.storable(info.error)
+        job_id, in_id = sql.storable(job_id)
+        queue, in_queue = sql.storable(queue)
+        name, in_name = sql.storable(name)
+        escaped = [
+            f"{how} in its {field}"
+            for field, done in (("error", in_error), ("id", in_id), ("queue", in_queue), ("name", in_name))
+            for how in done
+        ]
+        if escaped:
+            note = "; ".join(escaped)
+            log.warning(
+                "job %s (%s) goes to the failed store with %s: %s text cannot hold it as it was",
+                job_id,
+                name,
+                note,
+                self.dialect,
+            )
+            error += f" [stored escaped: {note}]"
+        return (job_id, queue, name, body, sql.error_column(error), exception, attempts, when)
 
     def _insert_follow(self, cursor: Any, follow: Sequence[QueuedJob]) -> None:
         """Insert the jobs a settled job hands over, in the transaction that settles it."""

@@ -18,10 +18,10 @@ from .claims import Claims
 from .dialects import job_row
 from .failed import FailedTable
 from .listen import Waiting
+from .store import DatabaseLockStore
 from .url import POSTGRESQL
 
 if TYPE_CHECKING:
-    from ...locks.database import DatabaseLockStore
     from ..base import Binding
 
 
@@ -87,8 +87,6 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
 
     def lock_store(self) -> DatabaseLockStore:
         """A lock store on this queue's connection (unique jobs, leases, middleware, paused queues)."""
-        from ...locks.database import DatabaseLockStore
-
         return DatabaseLockStore(_backend=self._backend)
 
     def describe(self) -> str:
@@ -96,7 +94,10 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
 
     # -- producing -------------------------------------------------------------------------
     def push(self, job: QueuedJob) -> str:
-        self._backend.execute(self._sql.insert_one(), job_row(job))
+        try:
+            self._backend.execute(self._sql.insert_one(), job_row(job))
+        except PayloadError as exc:
+            raise self._named(exc, [job]) from exc.__cause__
         self._wake_local()
         return job.id
 
@@ -104,9 +105,26 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
         if not jobs:
             return []
         batches = self._sql.batches(jobs)
-        self._backend.transaction(lambda cursor: self._copy_in(cursor, batches))
+        try:
+            self._backend.transaction(lambda cursor: self._copy_in(cursor, batches))
+        except PayloadError as exc:
+            raise self._named(exc, jobs) from exc.__cause__
         self._wake_local()
         return [job.id for job in jobs]
+
+    def _named(self, exc: PayloadError, jobs: Iterable[QueuedJob]) -> PayloadError:
+        """A refused push, naming the job and the column whose NUL PostgreSQL text
+        cannot hold (a payload may hold one: its JSON writes it ``\\u0000``)."""
+        if self._sql.holds_nul:
+            return exc
+        for job in jobs:
+            for column, value in (("id", job.id), ("queue", job.queue), ("name", job.name)):
+                if isinstance(value, str) and "\x00" in value:
+                    return PayloadError(
+                        f"{self._backend.target.label} refused a value of job {job.id!r}: its {column} "
+                        f"{value!r} holds a NUL character, which PostgreSQL text cannot hold"
+                    )
+        return exc
 
     def push_stream(self, slices: Iterator[Sequence[QueuedJob]]) -> None:
         """Store jobs as their slices are built (``dispatch_many``): one ``COPY``
@@ -127,7 +145,10 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
                 taken.append(part)
                 yield part
 
-        self._backend.transaction(lambda cursor: self._copy_in(cursor, replayable()))
+        try:
+            self._backend.transaction(lambda cursor: self._copy_in(cursor, replayable()))
+        except PayloadError as exc:
+            raise self._named(exc, (job for part in taken for job in part)) from exc.__cause__
         self._wake_local()
 
     def _copy_in(self, cursor: Any, batches: Iterable[Any]) -> None:
@@ -151,10 +172,11 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
                 cursor.execute(sql, job_row(job))
             except self._backend._refused as exc:
                 text = str(exc).strip()
-                raise PayloadError(
+                refused = PayloadError(
                     f"{self._backend.target.label} refused a value of job {job.id!r}: "
                     f"{text.splitlines()[0] if text else exc!r}"
-                ) from exc
+                )
+                raise self._named(refused, [job]) from exc
         return [job.id for job in jobs]
 
     def bind(self, manager: Binding, connection: str) -> None:
@@ -165,8 +187,6 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
         """In the caller's transaction, when the manager's lock store is a
         :class:`~rainier_sync.locks.DatabaseLockStore` on this queue's database
         (see :mod:`.caller_locks`); None otherwise."""
-        from ...locks.database import DatabaseLockStore
-
         binding = getattr(self, "_binding", None)
         locks = binding.locks if binding is not None else None
         if not isinstance(locks, DatabaseLockStore) or not same_database(locks._backend.target, self._backend.target):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from ...errors import PayloadError, RainierError, SchemaMissingError
 from ._connection import Database, data_errors
 from .dialects import Dialect, dialect_for
-from .url import SQLITE, DatabaseUrl
+from .url import POSTGRESQL, SQLITE, DatabaseUrl
 
 T = TypeVar("T")
 #: A statement's parameters, or a function building them when the statement runs.
@@ -80,16 +80,38 @@ class _Backend:
             raise
         except Exception as exc:
             if _missing_table(exc):
-                raise SchemaMissingError(
-                    f"the queue tables are missing from {self.target.label}: "
-                    "run DatabaseQueue.migrate() (or `rainier-sync queue:migrate`) first"
-                ) from exc
+                raise SchemaMissingError(self._missing_tables()) from exc
             if isinstance(exc, self._refused):
                 text = str(exc).strip()
                 raise PayloadError(
                     f"{self.target.label} refused a value it was given: {text.splitlines()[0] if text else exc!r}"
                 ) from exc
             raise
+
+    def _missing_tables(self) -> str:
+        """What a missing table says: where it was looked for (on PostgreSQL, the
+        schema the search path leads to, where ``migrate`` creates the tables, or
+        that it leads to none), and what to do."""
+        run = "run DatabaseQueue.migrate() (or `rainier-sync queue:migrate`)"
+        label = self.target.label
+        if self.dialect == POSTGRESQL:
+
+            def ask(conn: Any) -> tuple[str, str | None]:
+                row = conn.execute("SELECT current_setting('search_path'), current_schema()").fetchone()
+                return str(row[0]), row[1]
+
+            try:
+                path, schema = self.db.run(ask)
+            except Exception:  # noqa: BLE001 - the missing table is the error to report
+                pass
+            else:
+                if schema is None:
+                    return (
+                        f"the queue tables are missing from {label}: its search_path ({path}) names no schema "
+                        f"that exists: create the schema, then {run}"
+                    )
+                label = f'schema "{schema}" (search_path {path}) of {label}'
+        return f"the queue tables are missing from {label}: {run} first"
 
     def _statement(self, sql: str, params: Params, fetch: bool, write_lock: bool) -> Any:
         sql = self.sql(sql)

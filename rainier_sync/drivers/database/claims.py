@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from ... import _clock
 from ...errors import PayloadError
-from ...types import ExceptionInfo, QueuedJob, encode
+from ...types import ExceptionInfo, QueuedJob
 from ..base import as_job_list
 from ._core import DatabaseCore, column_text, log
 from ._schema import CHANNEL, JOBS
@@ -111,10 +111,14 @@ class Claims(DatabaseCore):
         # update still decides, so a second process can never claim the same row.
         # A due time SQLite holds as text (not a number) would sort after every
         # number, never due: it is claimed, so that reading it moves it aside.
+        # An attempt count SQLite holds as text, a real or a blob is left as it is
+        # (text sorts above every number: min() would make it 1,000,001), so that
+        # reading it reports what it holds.
         token = uuid.uuid4().hex
         sql = (
             f"UPDATE {JOBS} SET reserved_at = ?, reserved_until = ?, token = ?, "
-            f"attempts = min(attempts, {_MOST_ATTEMPTS}) + 1 "
+            f"attempts = CASE typeof(attempts) WHEN 'integer' THEN min(attempts, {_MOST_ATTEMPTS}) + 1 "
+            "ELSE attempts END "
             f"WHERE seq IN (SELECT seq FROM {JOBS} WHERE queue = ? AND reserved_at IS NULL "
             "AND (available_at <= ? OR typeof(available_at) NOT IN ('real', 'integer')) "
             "ORDER BY priority, available_at, seq LIMIT ?) AND reserved_at IS NULL "
@@ -258,19 +262,8 @@ class Claims(DatabaseCore):
             cursor.execute(self._sql(f"DELETE FROM {JOBS} WHERE seq = %s AND token = %s"), (int(seq), token))
             if cursor.rowcount == 0:
                 return  # no longer ours: whoever holds it now decides
-            cursor.execute(
-                self._sql(self._sql.upsert_failed()),
-                (
-                    job_id,
-                    queue,
-                    name,
-                    raw,
-                    self._sql.error_column(info.error),
-                    encode(info.to_dict()),
-                    count,
-                    _clock.now(),
-                ),
-            )
+            values = self._failed_row(job_id, queue, name, raw, info, count, _clock.now())
+            cursor.execute(self._sql(self._sql.upsert_failed()), values)
             moved.append(True)
 
         self._worker.transaction(move)

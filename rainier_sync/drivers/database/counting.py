@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ... import _clock
 from ...types import ExceptionInfo, QueuedJob
 from ._schema import JOBS, TALLIES, TALLY_MEMBERS
+from .store import DatabaseLockStore
 from .url import SQLITE
 
 if TYPE_CHECKING:
@@ -77,8 +78,6 @@ class Uncount:
 
 def same_database(core: DatabaseCore, store: Any) -> bool:
     """Whether ``store`` keeps its tallies in ``core``'s database."""
-    from ...locks.database import DatabaseLockStore
-
     if not isinstance(store, DatabaseLockStore):
         return False
     ours, theirs = core._backend.target, store._backend.target

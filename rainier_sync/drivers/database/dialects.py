@@ -22,6 +22,29 @@ _CUT = " … (cut to fit the error column; the exception holds all of it)".encod
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
+def storable(text: str, *, holds_nul: bool) -> tuple[str, tuple[str, ...]]:
+    """``text`` as a text column holds it, and what was escaped: a lone surrogate
+    (which no UTF-8 column holds) as its ``\\uXXXX`` escape, and, unless the
+    column ``holds_nul`` (PostgreSQL's does not), NUL as ``\\u0000``.
+
+    JSON text so escaped reads back as it was: JSON holds no raw NUL, and a raw
+    surrogate can only stand inside a string, where its escape means the same."""
+    if text.isascii():
+        if holds_nul or "\x00" not in text:
+            return text, ()
+        return text.replace("\x00", "\\u0000"), ("NUL as \\u0000",)
+    escaped: tuple[str, ...] = ()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        escaped = ("a lone surrogate as its \\uXXXX escape",)
+    if not holds_nul and "\x00" in text:
+        text = text.replace("\x00", "\\u0000")
+        escaped += ("NUL as \\u0000",)
+    return text, escaped
+
+
 def _copy_text(value: str) -> str:
     """``value`` as a field of PostgreSQL's COPY text format."""
     return value if value.isalnum() else value.translate(_COPY_ESCAPES)
@@ -51,6 +74,8 @@ class Dialect:
     notifies = False
     #: Whether one statement can claim and return rows (``UPDATE ... RETURNING``).
     returning = True
+    #: Whether a text column holds a NUL character.
+    holds_nul = True
 
     def __call__(self, sql: str) -> str:
         return sql
@@ -91,6 +116,10 @@ class Dialect:
     def error_column(self, error: str) -> str:
         """The error string as the failed store's ``error`` column can hold it."""
         return error
+
+    def storable(self, text: str) -> tuple[str, tuple[str, ...]]:
+        """``text`` as this dialect's text columns hold it, and what was escaped (:func:`storable`)."""
+        return storable(text, holds_nul=self.holds_nul)
 
     def data_version(self) -> str:
         """A query whose answer changes when another connection commits new jobs."""
@@ -138,6 +167,7 @@ class PostgreSQL(Dialect):
     name = POSTGRESQL
     default_claim = "skip_locked"
     notifies = True
+    holds_nul = False
 
     def insert_one(self) -> str:
         # NOTIFY in the same statement: delivered when (and only if) the insert commits.

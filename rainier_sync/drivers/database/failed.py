@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ... import _clock
-from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info, decode, encode
+from ...types import ExceptionInfo, FailedJob, QueuedJob, as_exception_info, decode
 from ._core import DatabaseCore, column_text
 from ._schema import FAILED, JOBS
 from .counting import After, CountItem, Uncount, settle_counting
@@ -64,16 +64,7 @@ class FailedTable(DatabaseCore):
         stored = replace(job, connection=self.connection, receipt=None)
         cursor.execute(
             self._sql(self._sql.upsert_failed()),
-            (
-                job.id,
-                job.queue,
-                job.name,
-                stored.encode(),
-                self._sql.error_column(info.error),
-                encode(info.to_dict()),
-                job.attempts,
-                when,
-            ),
+            self._failed_row(job.id, job.queue, job.name, stored.encode(), info, job.attempts, when),
         )
         return True
 

@@ -12,7 +12,7 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from ... import _clock
-from ...locks.base import LockStore
+from ...state.base import LockStore
 from ...types import ExceptionInfo, QueuedJob, encode
 from .client import _DELAYED, _FAILED, Consumer, KafkaClient, KafkaError, KafkaException, Message, TopicPartition
 from .partitions import PartitionBook
@@ -39,7 +39,7 @@ class KafkaConsumer(PartitionBook):
         timeout: float,
         announce: Callable[[ExceptionInfo, str | None], None],
     ) -> None:
-        super().__init__(locks, lease=lease, commit_interval=commit_interval)
+        super().__init__(locks, keys=f"kafka:{group}:{topic_prefix}", lease=lease, commit_interval=commit_interval)
         self._client = client
         self._announce = announce
         self.group = group
@@ -50,6 +50,7 @@ class KafkaConsumer(PartitionBook):
         self.timeout = timeout
         #: Longest wait for the group to hand this consumer its partitions.
         self.join_timeout = timeout
+        self.commit_wait = timeout
         #: Longest wait, in ``reserve``, for records known to be on the broker.
         self.read_wait = 3.0
         self._token = uuid.uuid4().hex[:12]
@@ -74,7 +75,7 @@ class KafkaConsumer(PartitionBook):
         return sum(len(ready) for ready in self._ready.values())
 
     def _lease_key(self, job: QueuedJob) -> str:
-        return f"kafka:{self.group}:{self.topic_prefix}:lease:{job.id}:{job.attempts}:{int(job.available_at * 1000)}"
+        return f"{self._keys}:lease:{job.id}:{job.attempts}:{int(job.available_at * 1000)}"
 
     def produce(self, records: Sequence[tuple[str, str, bytes | None]], acked: set[int] | None = None) -> None:
         """Write ``(topic, key, value)`` records (see :meth:`KafkaClient.produce`);
@@ -154,8 +155,14 @@ class KafkaConsumer(PartitionBook):
             # its key with the copy, which must still run.
             unmarked.extend(r for r in part.finished() if not r.marked)
         if offsets and not lost:
+            # Sent before the consumer rejoins, on the same connection to the
+            # coordinator; not waited for (a callback cannot serve the answer, and
+            # librdkafka's synchronous commit waits without end for a coordinator
+            # that does not answer). One that does not land has the next owner
+            # re-read finished records, which their done markers pass.
             try:
-                consumer.commit(offsets=offsets, asynchronous=False)
+                consumer.commit(offsets=offsets, asynchronous=True)
+                self._commits_sent += 1
             except KafkaException as exc:
                 log.warning("kafka: commit on revoke failed (the next owner re-reads those records): %s", exc)
         if unmarked:
@@ -208,6 +215,9 @@ class KafkaConsumer(PartitionBook):
             heapq.heappush(self._parked.setdefault(queue, []), (job.available_at, record))
         else:
             self._ready.setdefault(queue, collections.deque()).append(record)
+
+    def _serve(self, consumer: Consumer, wait: float) -> None:
+        self._take_in(consumer.poll(wait))
 
     def _consumer_error(self, err: KafkaError) -> None:
         code = err.code()
@@ -262,11 +272,21 @@ class KafkaConsumer(PartitionBook):
 
     def _probe_assignment(self, consumer: Consumer) -> None:
         """After an assignment, note where each partition ends, so the first
-        reserve waits for records that are there rather than returning empty."""
+        reserve waits for records that are there rather than returning empty,
+        and which records may have run under an earlier owner: those below the
+        end offset (in a group that committed there) or below the reach stored
+        in the lock store, whichever is further."""
         self._probe = False
         tps = [TopicPartition(t, p) for t, p in self._parts]
         if not tps:
             return
+        try:
+            self._probe_offsets(consumer, tps)
+        finally:
+            for part in self._parts.values():
+                self._learn_reach(part)
+
+    def _probe_offsets(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
         try:
             committed = consumer.committed(tps, timeout=self.timeout)
             for tp in committed:
@@ -278,6 +298,8 @@ class KafkaConsumer(PartitionBook):
                     # Records past the end offset were written after this assignment: no one
                     # else can have run them. Nor, in a group that never committed on this
                     # partition, any record (its first owner commits at its first reserve).
+                    # A broker that lost its commits, or reports a wrong end offset (tansu,
+                    # after a multi-record batch), says too little: the stored reach covers that.
                     part.suspect_to = high if tp.offset >= 0 else -1
                     if tp.offset >= 0:
                         part.committed = max(part.committed, tp.offset)

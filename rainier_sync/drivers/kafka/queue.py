@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ... import _clock
 from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError
-from ...locks.base import LockStore
+from ...state.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
 from ..base import BaseQueue, Promises, QueueDriver, Waker
 from ..pushed import tell_pushed

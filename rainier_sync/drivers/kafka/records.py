@@ -142,7 +142,7 @@ def dead_letter(
 class _Partition:
     """What one consumer knows about one assigned partition, for one assignment."""
 
-    __slots__ = ("tp", "records", "settled", "read_to", "committed", "suspect_to")
+    __slots__ = ("tp", "records", "settled", "read_to", "committed", "suspect_to", "reach")
 
     def __init__(self, tp: TP) -> None:
         self.tp = tp
@@ -154,6 +154,9 @@ class _Partition:
         #: Records below this offset may have run under an earlier owner: their done
         #: markers are checked even when their leases are free (until the end offset is known: all).
         self.suspect_to = 1 << 62
+        #: The partition's *reach* as stored in the lock store (no record at or past it
+        #: was handed out by any owner); None until read.
+        self.reach: int | None = None
 
     def commit_point(self) -> int:
         """The offset below which every record read is done (-1: nothing read)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 from dataclasses import replace
 from typing import Sequence
 
@@ -63,6 +64,7 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                             ready.extendleft(reversed(batch))
                             raise
                         got = [r for r, ok in zip(batch, acquired, strict=True) if ok]
+                        self._reach_past(got)
                         for record, ok in zip(batch, acquired, strict=True):
                             if not ok:
                                 self._contended(record, now)
@@ -83,7 +85,8 @@ class KafkaSession(KafkaConsumer, base.Consumer):
 
     def _not_done(self, records: list[_Record]) -> list[_Record]:
         """Of records whose leases were just taken, those to hand out: a record that
-        may have run under an earlier owner of its partition (its lease lapsed since)
+        may have run under an earlier owner of its partition, or under this consumer
+        before the partition was taken away and given back (its lease lapsed since),
         is passed when its done marker says it finished."""
         suspects = [r for r in records if r.offset < r.part.suspect_to and not r.handouts]
         if not suspects:
@@ -284,7 +287,9 @@ class KafkaSession(KafkaConsumer, base.Consumer):
                     record.state = _DONE
                 log.warning("kafka: job %s lost its lease before it failed; not dead-lettered", job.id)
                 return failed
-            self.produce([(self._client.topic(job.queue) + _FAILED, job.id, encode({"failed": body}).encode())])
+            # A lone surrogate (in an error message, say) as its JSON escape: it reads back the same.
+            value = encode({"failed": body}).encode("utf-8", "backslashreplace")
+            self.produce([(self._client.topic(job.queue) + _FAILED, job.id, value)])
             if record is not None:
                 self._finish([record])
             return failed
@@ -363,32 +368,50 @@ class KafkaSession(KafkaConsumer, base.Consumer):
 
     # -- the driver --------------------------------------------------------------------------------
     def commit_now(self) -> None:
-        """Commit what is done, synchronously (before reading the group's lag)."""
+        """Commit what is done and wait for the broker's answer (before reading the
+        group's lag); KafkaUnavailableError when it does not come within ``timeout``."""
         with self._lock:
-            if self._consumer is not None:
-                self._commit(self._consumer, force=True)
+            if self._consumer is not None and not self._commit(self._consumer, force=True):
+                raise self._client.unavailable(f"a commit was not answered within {self.commit_wait:g}s")
 
     def shut_down(self) -> bool:
         """Commit what is done, free the leases of jobs still running, leave the
-        group. False when already shut down. Never raises."""
+        group, within ``timeout`` in all. False when already shut down. Never raises."""
         with self._lock:
             if self._closed:
                 return False
             self._closed = True
             consumer, self._consumer = self._consumer, None
+            deadline = _clock.monotonic() + self.timeout
             if consumer is not None:
                 try:
-                    self._commit(consumer, force=True)
+                    self._commit(consumer, force=True, wait=self.timeout)
                     # Jobs still running here were abandoned: free their leases for the next owner.
                     running = [r for part in self._parts.values() for r in part.records if r.state == _RUNNING]
                     for record in running:
                         self.locks.release(record.key, record.owner)
                 except Exception as exc:  # noqa: BLE001 - closing must not raise; their leases lapse
                     log.warning("kafka: closing the consumer: %s", exc)
-                try:
-                    # Always: leave the group (revoking, so what is done is committed
-                    # and marked) rather than hold its partitions until it is dropped.
-                    consumer.close()
-                except Exception as exc:  # noqa: BLE001 - closing must not raise
-                    log.warning("kafka: closing the consumer: %s", exc)
+                # Always: leave the group (revoking, so what is done is committed
+                # and marked) rather than hold its partitions until it is dropped.
+                self._close_consumer(consumer, max(1.0, deadline - _clock.monotonic()))
             return True
+
+    def _close_consumer(self, consumer: Consumer, wait: float) -> None:
+        """``consumer.close()``, waited for at most ``wait`` seconds: librdkafka's
+        close waits without end for the answer to a commit sent to a coordinator
+        that stopped answering (a frozen broker, a lost network)."""
+
+        def close() -> None:
+            try:
+                consumer.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not raise
+                log.warning("kafka: closing the consumer: %s", exc)
+
+        closing = threading.Thread(target=close, name="rainier-kafka-close", daemon=True)
+        closing.start()
+        closing.join(wait)
+        if closing.is_alive():
+            log.warning("kafka: connection %r: the consumer did not leave the group within %.0fs (the broker does "
+                        "not answer); left closing in the background, its partitions go to the group's other "
+                        "workers after session.timeout.ms", self._client.connection, wait)

@@ -10,15 +10,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...locks.redis import RedisLockStore
     from .queue import RedisQueue, RedisUnavailableError
+    from .store import RedisLockStore
 
 __all__ = ["RedisLockStore", "RedisQueue", "RedisUnavailableError"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "RedisLockStore":
-        return getattr(importlib.import_module("rainier_sync.locks.redis"), name)
+        return getattr(importlib.import_module(f"{__name__}.store"), name)
     if name in __all__:
         return getattr(importlib.import_module(f"{__name__}.queue"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

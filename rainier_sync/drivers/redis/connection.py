@@ -37,8 +37,6 @@ RESPONSE_TIMEOUT_MS = 5000
 #: Seconds the driver's own blocking commands block at most (an idle worker's
 #: ``XREADGROUP … BLOCK``, the lock store's ``BLPOP``).
 LONGEST_BLOCK = 1.0
-#: What Redis answers a ``SELECT`` of a database it does not have.
-_NO_SUCH_DATABASE = "DB index is out of range"
 
 #: What a connection that is broken, refused or timed out raises; also a server
 #: that is no longer the master (READONLY), and a cluster between two slot maps.
@@ -55,6 +53,10 @@ _BROKEN = (
 _REDIRECTED = (MovedError, AskError)
 #: Redirections followed before a command is given up.
 _REDIRECTS = 8
+#: Redis answered and refused the connection's credentials (a ConnectionError to redis-py).
+_REFUSED = (redis.AuthenticationError, redis.exceptions.AuthorizationError)
+#: Replies that refuse the connection's settings: a database number the server does not have.
+_REFUSED_REPLIES = ("DB index is out of range", "invalid DB index")
 #: What redis-py raises for a value it cannot send (a lone surrogate, a type it does not know).
 _BAD_DATA = (redis.DataError, UnicodeEncodeError)
 
@@ -86,7 +88,8 @@ def _retrying(
     server, not of one made before a wait for it. Redis out of reach raises
     :class:`RedisUnavailableError`; a value Redis cannot be sent, PayloadError;
     a database index the server does not have (SELECT refused as a connection
-    opens), ConfigurationError: no try would find it there.
+    opens), or credentials or permissions it refuses, ConfigurationError: it
+    answered, and no try would find it otherwise.
 
     A server that answers READONLY (a master demoted under us) counts as a broken
     connection: the next try resolves the master again. A cluster's redirection
@@ -99,6 +102,13 @@ def _retrying(
             topology.check()
         try:
             return attempt()
+        except _REFUSED as exc:  # ConnectionErrors too: caught first, they are never retried
+            if broken is not None:
+                broken()
+            raise ConfigurationError(
+                f"{named()}: {what}: Redis refused the URL's credentials or its user's permissions ({exc}); "
+                "check its user and password"
+            ) from exc
         except _REDIRECTED as exc:
             if broken is not None:
                 broken()
@@ -126,8 +136,10 @@ def _retrying(
                 ) from exc
             time.sleep(policy.pause(failures))
         except redis.ResponseError as exc:  # after _BROKEN and _REDIRECTED: READONLY, MOVED... are ResponseErrors too
-            if not str(exc).startswith(_NO_SUCH_DATABASE):
+            if not any(reply in str(exc) for reply in _REFUSED_REPLIES):
                 raise
+            if broken is not None:
+                broken()
             raise _no_such_database(named(), what, exc, topology) from exc
         except _BAD_DATA as exc:
             raise PayloadError(f"{named()}: {what}: Redis cannot be sent this: {exc}") from exc

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...types import ExceptionInfo, QueuedJob
 from ..base import _cannot_count
 from .core import _Call
 from .reading import _IdleReading, _LoopState
+from .store import RedisLockStore, _ttl_ms
 from .wire import _CHUNK, _GROUP, _Receipt
-
-if TYPE_CHECKING:
-    from ...locks.redis import RedisLockStore
 
 log = logging.getLogger("rainier_sync")
 
@@ -46,8 +44,6 @@ class _Counting(_IdleReading):
         """Whether ``store`` is a ``RedisLockStore`` on this queue's server and database.
         The first such store is the one this driver counts in: another of other keys
         (a second manager on this driver) is not (its batches are counted its own way)."""
-        from ...locks.redis import RedisLockStore
-
         if not isinstance(store, RedisLockStore):
             return False
         ours, theirs = self._topology.place(), store._topology.place()
@@ -139,8 +135,6 @@ class _Counting(_IdleReading):
     ) -> _Call:
         """The count_ack call: each tally's ``(item, stream number, entry)``, then per
         stream the entries of the round's other jobs and their job ids."""
-        from ...locks.redis import _ttl_ms
-
         names: list[str] = []
         args: list[Any] = [_GROUP, len(per_tally), len(streams), *(band for _, band in streams)]
         for key, found in per_tally.items():

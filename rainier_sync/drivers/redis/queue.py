@@ -53,6 +53,7 @@ from .core import _Call, _consumer_name
 from .counting import _Counting
 from .failed import _FailedStore
 from .session import RedisSession
+from .store import RedisLockStore, lock_prefix
 from .targets import _target
 from .topology import _Topology
 from .wire import _CHUNK, _GROUP, _PROMOTE, _blob, _num, _push_args, _receipt, _record
@@ -136,6 +137,15 @@ class RedisQueue(_Counting, _FailedStore, _Browsing):
     def open_session(self) -> RedisSession:
         """One owning loop's consumer operations, with its own wake-ups and blocking read."""
         return RedisSession(self)
+
+    def lock_store(self) -> RedisLockStore:
+        """A store on this queue's own client (server, database, Sentinel or cluster)
+        and reconnect settings, under :func:`~.store.lock_prefix` of the queue's prefix:
+        the same client, so the queue counts batches in its acknowledgements (see
+        :mod:`.counting`), and no second pool."""
+        store = RedisLockStore(self._topology, prefix=lock_prefix(self.prefix))
+        store._policy = self._policy
+        return store
 
     # -- producing -------------------------------------------------------------
     def push(self, job: QueuedJob) -> str:

@@ -89,6 +89,18 @@ class _Topology:
         if target.kind == "sentinel":
             self._watch = _SentinelWatch(self)
 
+
+    @property
+    def response_timeout(self) -> float | None:
+        """Seconds a reply may take on this client: declared, or read from a wrapped
+        client's pool (None: unbounded, or not known)."""
+        declared = self._settings[1]
+        if declared is not None:
+            return declared
+        pool = getattr(self._client, "connection_pool", None)
+        found = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+        return float(found) if isinstance(found, (int, float)) and found > 0 else None
+
     @classmethod
     def of(cls, client: Any) -> _Topology:
         """The topology of a client built elsewhere: a ``redis.Redis`` (on a

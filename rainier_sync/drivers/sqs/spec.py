@@ -86,7 +86,7 @@ SPEC = DriverSpec(
         "visibility_timeout": Setting(seconds(1, 43_200), env=("QUEUE_RESERVATION",)),
         "wait_time": Setting(seconds(0, 20)),
         "outbox": OUTBOX,
-        "timeout": Setting(seconds(1, 3600)),
+        "timeout": Setting(seconds(1, 3600), env=("SQS_TIMEOUT",)),
         "key": Setting(text(), env=("AWS_ACCESS_KEY_ID",)),
         "secret": Setting(text(), env=("AWS_SECRET_ACCESS_KEY",)),
         "failed_queue_url": Setting(

@@ -94,14 +94,21 @@ def read(text: str, connection: str, receipt: Receipt | None = None) -> QueuedJo
     return job
 
 
+def _entry(data: dict[str, Any]) -> str:
+    """A failed-queue entry as JSON, a lone surrogate (in an error message, say)
+    as its escape: SQS takes only UTF-8, and the escape reads back the same."""
+    text = encode(data)
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def failed_job_body(job: QueuedJob, info: ExceptionInfo, failed_at: float) -> str:
     """The failed queue's entry for a job that failed."""
-    return encode({_FAILED_MARK: 1, "job": job.to_wire(), "error": info.to_dict(), "failed_at": failed_at})
+    return _entry({_FAILED_MARK: 1, "job": job.to_wire(), "error": info.to_dict(), "failed_at": failed_at})
 
 
 def unreadable_body(raw: str, queue: str, message_id: str, info: ExceptionInfo, failed_at: float) -> str:
     """The failed queue's entry for a message that carried no readable job."""
-    return encode(
+    return _entry(
         {
             _FAILED_MARK: 1,
             "raw": raw,
@@ -121,7 +128,7 @@ def fit(text: str) -> str:
     # The traceback is what makes an entry too big; keep the job, trim the story.
     data = decode(text)
     data["error"]["traceback"] = data["error"].get("traceback", "")[-4000:]
-    text = encode(data)
+    text = _entry(data)
     if len(text.encode()) > MAX_MESSAGE_BYTES and isinstance(data.get("raw"), str):
         # An unreadable message near SQS's size limit, escaped: keep its beginning.
         raw: str = data["raw"]
@@ -130,7 +137,7 @@ def fit(text: str) -> str:
         while keep and len(text.encode()) > MAX_MESSAGE_BYTES:
             keep = keep * 9 // 10
             data["raw"] = raw[:keep]
-            text = encode(data)
+            text = _entry(data)
     return text
 
 

@@ -33,13 +33,14 @@ BAD: dict[str, tuple[Any, Any, Any, Any, str]] = {
     "100000-deep": (envelope("bad-100000-deep", '{"v": ' + DEEP + "}"), 0, 0, 3.5, "nested too deeply"),
     "negative-attempts": (envelope("bad-negative-attempts"), -5, 0, 3.5, "attempt count -5"),
     "absurd-attempts": (envelope("bad-absurd-attempts"), 2_147_483_647, 0, 3.5, "attempt count"),
+    "attempts-abc": (envelope("bad-attempts-abc"), "abc", 0, 3.5, "attempt count 'abc' is not a whole number"),
     "priority-x": (envelope("bad-priority-x"), 0, "x", 3.5, "priority 'x'"),
     "available-at-soon": (envelope("bad-available-at-soon"), 0, 0, "soon", "available_at 'soon'"),
     "body-not-utf8": (b"\xff\xfe{", 0, 0, 3.5, "UTF-8"),
 }
 BODY_UNREADABLE = {"not-json", "not-an-object", "missing-fields", "wrong-field-types", "100000-deep", "body-not-utf8"}
 #: Only SQLite stores a value of another type in a typed column; the servers refuse such a row.
-NOT_STORABLE_ON_SERVERS = {"priority-x", "available-at-soon", "body-not-utf8"}
+NOT_STORABLE_ON_SERVERS = {"priority-x", "available-at-soon", "body-not-utf8", "attempts-abc"}
 
 
 def insert_raw(url: str, job_id: str, body: Any, attempts: Any, priority: Any, available_at: Any) -> None:
@@ -158,6 +159,20 @@ def test_a_batch_of_every_kind_at_once_loses_no_good_job(db_url: str, discarded:
     for kind in kinds:
         assert BAD[kind][4] in failed[f"bad-{kind}"]
     assert len(discarded) == len(kinds)
+    queue.close()
+
+
+@pytest.mark.parametrize(("attempts", "said"), [("abc", "'abc'"), (2.5, "2.5"), (b"\x01", "b'\\x01'")])
+def test_an_attempt_count_that_is_no_integer_is_reported_as_it_was_stored(
+    sqlite_url: str, attempts: Any, said: str
+) -> None:
+    # SQLite keeps text, a real or a blob in an INTEGER column; the claim's count
+    # must not add to it (text sorted above every number read as more than 1,000,000).
+    insert_raw(sqlite_url, "bad", envelope("bad"), attempts, 0, 1.0)
+    queue = DatabaseQueue.from_url(sqlite_url)
+    assert queue.reserve_many(["default"], 5) == []
+    [failed] = queue.failed_jobs()
+    assert failed.error.endswith(f"cannot be read: its stored attempt count {said} is not a whole number"), failed.error
     queue.close()
 
 

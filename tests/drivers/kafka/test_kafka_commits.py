@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import threading
 import time
 from typing import Any
 
 import pytest
 
 from rainier_sync import Container, JobRegistry, QueueManager
-from rainier_sync.errors import QueueUnavailableError
+from rainier_sync.errors import CapabilityError, QueueUnavailableError
+from rainier_sync.locks import MemoryLockStore
 from tests.drivers.kafka.test_kafka_driver import make, queued
 from tests.services.tansu import Tansu, tansu_binary
 from tests.support import freeze_process, wait_until
@@ -166,6 +168,52 @@ def test_dispatch_and_reserve_with_the_broker_down_raise_queue_unavailable_namin
         manager.close()
 
 
+def in_thread(call: Any, wait: float) -> tuple[bool, list[BaseException]]:
+    """Run ``call`` in a thread of its own; whether it ended within ``wait`` seconds, and what it raised."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(wait)
+    return not thread.is_alive(), raised
+
+
+def test_size_and_close_with_the_broker_frozen_end_within_the_timeout(
+    private_tansu: Tansu, names: dict[str, str]
+) -> None:
+    """librdkafka's synchronous commit, and its close with a commit unanswered,
+    wait without end for a coordinator that stopped answering: the driver waits
+    ``timeout`` for the answer instead, then raises (size) or gives up (close)."""
+    q = make(private_tansu.bootstrap, names, partitions=1, timeout=3)
+    manager = QueueManager({"events": q}, registry=JobRegistry(), container=Container())
+    assert private_tansu.proc is not None
+    try:
+        q.push_many([queued(n=0), queued(n=1)])
+        jobs = q.reserve_many(["work"], 2)
+        assert jobs
+        freeze_process(private_tansu.proc.pid)  # the broker stops answering
+        q.acknowledge_many(jobs)  # its commit goes out, and no answer comes
+        ended, raised = in_thread(lambda: q.size("work"), 60)
+        assert ended, "size() waits for the commit's answer at most timeout"
+        assert len(raised) == 1 and isinstance(raised[0], QueueUnavailableError), raised
+        assert "'events'" in str(raised[0]) and "not answered" in str(raised[0])
+        ended, raised = in_thread(q.close, 60)
+        assert ended, "close() ends although the broker never answers the commit it left outstanding"
+        assert raised == []
+    finally:
+        os.kill(private_tansu.proc.pid, signal.SIGCONT)
+        manager.close()
+    # Answered at last, the consumer left closing in the background ends.
+    wait_until(lambda: not any(t.name == "rainier-kafka-close" for t in threading.enumerate()), timeout=60,
+               interval=0.05, message="the consumer left closing to end once the broker answers")
+
+
 # -- done markers ------------------------------------------------------------------------------------------
 def _frozen() -> Any:
     import datetime
@@ -175,13 +223,14 @@ def _frozen() -> Any:
     return freeze_time(datetime.datetime.now(datetime.timezone.utc), tick=True)
 
 
-def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, names: dict[str, str]) -> None:
-    from rainier_sync.locks import MemoryLockStore
-
+def test_done_markers_and_the_reach_below_them_outlive_a_long_wait_for_the_commit(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
     locks = MemoryLockStore()
     with _frozen() as frozen:
         first = make(kafka_brokers, names, locks, partitions=1, lease=30)
         second = make(kafka_brokers, names, locks, partitions=1, lease=30)
+        first._session.reach_ttl = 60.0  # as short as the markers' life, to see it renewed
         try:
             slow, quick = queued(n=0), queued(n=1)
             first.push_many([slow, quick])
@@ -190,14 +239,109 @@ def test_done_markers_outlive_a_long_wait_for_the_commit(kafka_brokers: str, nam
             for _ in range(20):  # the slow job runs 200 s, far past the markers' life, renewing its lease
                 frozen.tick(10)
                 first.extend(running)
-            # The first worker dies without a word: its partition goes to the second.
+            # The first worker dies without a word: its partition goes to the second,
+            # and the broker has lost the group's commits: only the reach tells the
+            # second that the quick job, its lease long lapsed, may have run.
             first._let_go = lambda *args, **kw: None
             consumer, first._consumer = first._consumer, None
             consumer.close()
+            for future in first._client.admin.delete_consumer_groups([names["group"]]).values():
+                future.result(timeout=10)
             assert second.reserve_many(["work"], 5) == [], "the slow job still runs; the quick one is done"
         finally:
             second.close()
             first.close()
+
+
+class NoValues(MemoryLockStore):
+    """A lock store that keeps locks and nothing else (as a store of one's own may)."""
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        raise CapabilityError("this lock store cannot keep values (put_value)")
+
+    def get_value(self, key: str) -> str | None:
+        raise CapabilityError("this lock store cannot keep values (get_value)")
+
+
+class ValuesUnreadable(MemoryLockStore):
+    """A lock store whose values cannot be read (a failing call each time)."""
+
+    def get_value(self, key: str) -> str | None:
+        raise ConnectionError("the lock store does not answer")
+
+
+@pytest.mark.parametrize("locks", [MemoryLockStore, NoValues, ValuesUnreadable],
+                         ids=["reach", "no-values", "reach-unreadable"])
+def test_a_job_finished_before_its_worker_died_is_passed_once_its_lease_lapsed(
+    kafka_brokers: str, names: dict[str, str], locks: type[MemoryLockStore]
+) -> None:
+    """The broker lost the group's commits (as a crashed broker can), so its
+    offsets say nothing of what ran there: the partition's reach in the lock
+    store (or, in a store without values, a check of every record) has the next
+    owner look for the finished job's done marker although its lease is free.
+    So does a reach that cannot be read at the assignment: every record is checked."""
+    store = locks()
+    with _frozen() as frozen:
+        first = make(kafka_brokers, names, store, partitions=1, lease=30)
+        second = make(kafka_brokers, names, store, partitions=1, lease=30)
+        try:
+            slow, quick = queued(n=0), queued(n=1)
+            first.push_many([slow, quick])
+            running, done = first.reserve_many(["work"], 2)
+            first.acknowledge(done)  # finished behind a job still running: not committed
+            first._let_go = lambda *args, **kw: None  # dies without a word
+            consumer, first._consumer = first._consumer, None
+            consumer.close()
+            for future in first._client.admin.delete_consumer_groups([names["group"]]).values():
+                future.result(timeout=10)  # the group's committed offsets are gone
+            frozen.tick(31)  # both leases lapse; the done marker lives max(lease, 60) s
+            again = second.reserve_many(["work"], 5)
+            assert [job.id for job in again] == [slow.id], "the job that died runs again; the finished one not"
+            second.acknowledge(again[0])
+            assert second.reserve_many(["work"], 5) == []
+            second._session.commit_now()
+            assert committed(second) == 2, "the finished job is committed past without running"
+        finally:
+            second.close()
+            first.close()
+
+
+class CountingStore(MemoryLockStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+        self.puts: list[str] = []
+
+    def renew_many(self, items: Any, ttl: float) -> list[bool]:
+        self.checks += sum(1 for key, _ in items if ":done:" in key)
+        return super().renew_many(items, ttl)
+
+    def put_value(self, key: str, value: str, ttl: float) -> None:
+        self.puts.append(value)
+        super().put_value(key, value, ttl)
+
+
+def test_a_drain_on_one_assignment_checks_no_done_marker_and_stores_its_reach_once_per_1000_records(
+    kafka_brokers: str, names: dict[str, str]
+) -> None:
+    store = CountingStore()
+    q = make(kafka_brokers, names, store, partitions=1, buffer=600)
+    try:
+        q.push_many([queued(n=i) for i in range(1500)])
+        ran = 0
+        while ran < 1500:
+            jobs = q.reserve_many(["work"], 200)
+            assert jobs, f"the drain stopped after {ran} jobs"
+            q.acknowledge_many(jobs)
+            ran += len(jobs)
+        assert store.checks == 0, "no record past the reach can have run elsewhere"
+        # Set 1,000 past the last record of the batch that reached it (at most offset 199,
+        # then one past the first reach): twice for 1,500 records.
+        assert len(store.puts) == 2, f"the reach, stored once per 1,000 records: {store.puts}"
+        first, second = (int(value) for value in store.puts)
+        assert 1000 < first <= 1200 and second > first + 1000
+    finally:
+        q.close()
 
 
 @pytest.mark.slow

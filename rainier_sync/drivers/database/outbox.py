@@ -10,15 +10,15 @@ import threading
 import uuid
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from .. import _clock
-from .._checks import check_number
-from ..drivers.database._connection import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl, data_errors
-from ..drivers.database._schema import OUTBOX, OUTBOX_CHANNEL, migrate
-from ..drivers.database.backend import _Backend
-from ..drivers.database.caller import caller_connection
-from ..drivers.database.dialects import dialect_for
-from ..errors import PayloadError, SchemaMissingError
-from ..types import QueuedJob
+from ... import _clock
+from ..._checks import check_number
+from ...errors import PayloadError, SchemaMissingError
+from ...types import QueuedJob
+from ._connection import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl, connect, data_errors
+from ._schema import OUTBOX, OUTBOX_CHANNEL, migrate
+from .backend import _Backend
+from .caller import caller_connection
+from .dialects import dialect_for
 
 __all__ = ["Outbox", "Row", "Hold", "Publish", "Refused"]
 
@@ -116,6 +116,18 @@ class Outbox:
     def listens(self) -> bool:
         """Whether a relay waits on ``LISTEN`` (PostgreSQL, not behind a pooler) rather than polling."""
         return self.dialect == POSTGRESQL and self.target.listen
+
+    def open_listener(self) -> Any:
+        r"""A new connection of its own that ``LISTEN``\ s for rows written here
+        (where :attr:`listens`): a relay's wake-ups. Closed again when the
+        ``LISTEN`` fails."""
+        conn = connect(self.target, application_name="rainier_sync-relay-listen")
+        try:
+            conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+        except Exception:
+            conn.close()
+            raise
+        return conn
 
     # -- dispatching -----------------------------------------------------------------------------
     def write(self, within: Any, connection: str, jobs: Sequence[QueuedJob]) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..drivers.database._schema import TALLIES, TALLY_MEMBERS
+from ._schema import TALLIES, TALLY_MEMBERS
 
 __all__ = ["SETTLE", "ADD", "settle_params", "read_settled"]
 

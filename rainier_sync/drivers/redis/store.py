@@ -1,6 +1,7 @@
-"""The Redis lock store: unique-job locks, Kafka's job leases, and job
-middleware's windows, counters and flags (paused queues), shared by every
-process that names the same Redis.
+"""The Redis store of the coordination state: unique-job locks, Kafka's job
+leases, job middleware's windows, counters and flags (paused queues), results,
+batches' tallies and the workers' records, shared by every process that names
+the same Redis.
 
 Keys, under the store's ``prefix`` ``P``: ``P<key>`` a lock (its owner token,
 expiring by ``PX``); ``Pwindow:<key>`` a sliding window (sorted set of batches of starts);
@@ -20,18 +21,18 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import _clock
-from ..drivers.redis.connection import _connection_settings, _ours, _Reconnect, _retrying
-from ..drivers.redis.scripts import source
-from ..drivers.redis.targets import _target
-from ..drivers.redis.topology import _Topology
-from ..errors import ConfigurationError
-from .base import ROOMS, LockStore, _last_counts
+from ... import _clock
+from ...errors import ConfigurationError
+from ...state.base import ROOMS, StateStore, last_counts
+from .connection import _connection_settings, _ours, _Reconnect, _retrying
+from .scripts import source
+from .targets import _target
+from .topology import _Topology
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["RedisLockStore"]
+__all__ = ["RedisLockStore", "lock_prefix"]
 
 _T = TypeVar("_T")
 #: Past its window, an idle window or count is kept this long before Redis drops it,
@@ -43,13 +44,22 @@ def _keep_ms(seconds: float) -> int:
     return int((float(seconds) + _IDLE_KEEP) * 1000)
 
 
+def lock_prefix(queue_prefix: str) -> str:
+    """The prefix of the store a Redis queue with ``queue_prefix`` defaults to:
+    its last ``queue:`` made ``lock:``, or ``lock:`` added to a prefix that has none."""
+    head, found, tail = queue_prefix.rpartition("queue:")
+    if found and not tail:
+        return head + "lock:"
+    return queue_prefix + "lock:"
+
+
 def _ttl_ms(ttl: float, key: str) -> int:
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
         raise ValueError(f"lock {key!r}: ttl must be a positive number of seconds, got {ttl!r}")
     return max(1, int(round(ttl * 1000)))
 
 
-class RedisLockStore(LockStore):
+class RedisLockStore(StateStore):
     """Locks in Redis: ``SET key owner NX PX ttl``; released and renewed only by their owner token.
 
     Expiry is Redis's own clock (``PX``), so a lock outlives a dead holder by at most its ttl.
@@ -317,8 +327,10 @@ class RedisLockStore(LockStore):
             left = deadline - _clock.monotonic()
             if done(value) or left <= 0:
                 return value
-            # Short blocks: the connection's response timeout may be shorter than the wait.
-            block = min(left, 1.0)
+            # Short blocks, each well inside the connection's response timeout, which may be
+            # shorter than the wait: a block longer than it would read as a frozen server.
+            reply = self._topology.response_timeout
+            block = min(left, 1.0, reply / 2 if reply else 1.0)
             popped = self._call(f"wait for {key!r}", lambda: self._client.blpop([ready], timeout=block))  # noqa: B023
             if popped:
                 self._call(f"wait for {key!r}", lambda: self._client.rpush(ready, "1"))  # for other waiters
@@ -349,7 +361,7 @@ class RedisLockStore(LockStore):
             by_key.setdefault(key, []).append(index)
         if any(len(indexes) > 1000 for indexes in by_key.values()):  # a script's arguments stay few
             head = self.tally_settle_many(items[:1000])
-            return _last_counts(items, head + self.tally_settle_many(items[1000:]))
+            return last_counts(items, head + self.tally_settle_many(items[1000:]))
         out: list[tuple[dict[str, int], bool]] = [({}, False)] * len(items)
         for key, indexes in by_key.items():
             args: list[Any] = [_ttl_ms(max(items[i][3] for i in indexes), key)]

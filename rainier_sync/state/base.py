@@ -1,6 +1,10 @@
-"""The lock-store port: the store every process that dispatches or works shares
-for unique jobs, Kafka's job leases, job middleware's windows and counters,
-and paused queues."""
+"""The coordination state every process that dispatches or works shares, as a
+few small protocols: :class:`Locks` (unique jobs, Kafka's leases, guards),
+:class:`Windows` (job middleware's sliding windows of starts), :class:`Counters`
+(counters and flags: middleware's counts, paused queues), :class:`Values` (kept
+results, the workers' records) and :class:`Tallies` (batches' counts, the
+workers' counts per minute). :class:`StateStore` is all of them, the one a
+manager takes as ``locks=``; ``LockStore`` is its other name."""
 
 from __future__ import annotations
 
@@ -11,14 +15,37 @@ from typing import Callable, Sequence
 from .. import _clock
 from ..errors import CapabilityError
 
-__all__ = ["LockStore", "ROOMS", "take_from", "rooms_of"]
+__all__ = [
+    "Locks",
+    "Windows",
+    "Counters",
+    "Values",
+    "Tallies",
+    "StateStore",
+    "LockStore",
+    "STORE_HINT",
+    "ROOMS",
+    "take_from",
+    "rooms_of",
+    "last_counts",
+]
 
-#: The most rooms :meth:`LockStore.take_many` reports of a full window.
+#: What to write where a store is needed and none was given.
+STORE_HINT = "give QueueManager locks= (a RedisLockStore or DatabaseLockStore every worker shares)"
+
+#: The most rooms :meth:`Windows.take_many` reports of a full window.
 ROOMS = 64
 
 
-class LockStore(ABC):
-    """Atomic, expiring locks shared by every process that dispatches or works.
+class _Part:
+    """What every protocol of the store shares: how it says it cannot."""
+
+    def _cannot(self, what: str) -> CapabilityError:
+        return CapabilityError(f"{type(self).__name__} cannot {what}")
+
+
+class Locks(_Part, ABC):
+    """Atomic, expiring locks.
 
     ``owner`` is a random token: only the owner releases or renews its lock,
     so a lock that expired and was taken by someone else is never released by
@@ -50,7 +77,10 @@ class LockStore(ABC):
         """:meth:`renew` for several ``(key, owner)`` pairs; a result per pair, in order."""
         return [self.renew(key, owner, ttl) for key, owner in items]
 
-    # -- coordination: windows, counters and flags (job middleware, paused queues) ------
+
+class Windows(_Part):
+    """Sliding windows of starts (``RateLimited``)."""
+
     def take(self, key: str, limit: int, per: float) -> float:
         """A sliding window of starts: when fewer than ``limit`` were counted under
         ``key`` in the last ``per`` seconds, count one more and return 0.0; else
@@ -70,6 +100,11 @@ class LockStore(ABC):
             raise self._cannot("take starts ahead (take_many with a hold)")
         wait = self.take(key, limit, per)
         return (1, []) if wait <= 0 else (0, [wait])
+
+
+class Counters(_Part):
+    """Counters that lapse, and groups of flags (job middleware's counts, paused queues,
+    the workers' presence)."""
 
     def count(self, key: str, window: float) -> int:
         """Count one event under ``key``; the count lapses ``window`` seconds after
@@ -93,7 +128,10 @@ class LockStore(ABC):
         """The members of ``group`` whose flags are raised."""
         raise self._cannot("keep flags (flags)")
 
-    # -- values: job results ------------------------------------------------------------
+
+class Values(_Part):
+    """Values kept for a time, and waits for them (kept results, the workers' records)."""
+
     def put_value(self, key: str, value: str, ttl: float) -> None:
         """Keep ``value`` under ``key`` for ``ttl`` seconds, replacing what was there,
         and wake whoever waits for it."""
@@ -117,7 +155,10 @@ class LockStore(ABC):
             time.sleep(min(pause, left))
             pause = min(pause * 1.5, 0.05)
 
-    # -- tallies: a batch's counts ----------------------------------------------------------
+
+class Tallies(_Part):
+    """Named counts that settle once per member (a batch's counts, the workers' counts per minute)."""
+
     def tally_add(self, key: str, counts: dict[str, int], ttl: float) -> dict[str, int]:
         """Add ``counts`` to the named counts under ``key``, all at once; they
         are kept ``ttl`` seconds from now. Returns every count under ``key``."""
@@ -135,7 +176,7 @@ class LockStore(ABC):
         count under its key once all the items were settled, and whether its
         member was new. This default settles them one by one."""
         settled = [self.tally_settle(key, member, field, ttl) for key, member, field, ttl in items]
-        return _last_counts(items, settled)
+        return last_counts(items, settled)
 
     def tally_unsettle(self, key: str, member: str, field: str, ttl: float) -> tuple[dict[str, int], bool]:
         """Undo :meth:`tally_settle` of ``member``, all at once: when ``member`` was
@@ -149,18 +190,26 @@ class LockStore(ABC):
         """The counts under ``key``, or None when there are none."""
         raise self._cannot("keep tallies (tally)")
 
+
+class StateStore(Locks, Windows, Counters, Values, Tallies):
+    """The coordination state shared by every process that dispatches or works:
+    every protocol at once, the store a manager takes as ``locks=``. A store
+    implements the locks and inherits, for whatever else it cannot keep, a
+    method that raises :class:`~rainier_sync.errors.CapabilityError`."""
+
     def prune(self) -> int:
         """Delete what has expired, where the store does not on its own; how many went."""
         return 0
-
-    def _cannot(self, what: str) -> CapabilityError:
-        return CapabilityError(f"{type(self).__name__} cannot {what}")
 
     def close(self) -> None:
         """Release connections."""
 
 
-def _last_counts(
+#: The combined protocol's other name, the one ``QueueManager(locks=...)`` was given first.
+LockStore = StateStore
+
+
+def last_counts(
     items: Sequence[tuple[str, str, str, float]], settled: Sequence[tuple[dict[str, int], bool]]
 ) -> list[tuple[dict[str, int], bool]]:
     """Each item's key's counts as the last item of that key left them."""

@@ -1,25 +1,26 @@
-"""The database lock store: unique-job locks, Kafka's job leases, and job
-middleware's windows, counters and flags (paused queues) in tables of SQLite,
-PostgreSQL or MariaDB/MySQL, shared by every process that opens the same database."""
+"""The database store of the coordination state: unique-job locks, Kafka's job
+leases, job middleware's windows, counters and flags (paused queues), results,
+batches' tallies and the workers' records in tables of SQLite, PostgreSQL or
+MariaDB/MySQL, shared by every process that opens the same database."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any, Callable, Sequence
 
-from .. import _clock
-from ..drivers.database._connection import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl
-from ..drivers.database._schema import COUNTERS, FLAGS, LOCKS, TALLIES, TALLY_MEMBERS, VALUES, WINDOWS, migrate
-from ..drivers.database.backend import _Backend
-from ..types import float_text
+from ... import _clock
+from ...state.base import StateStore, rooms_of, take_from
+from ...types import float_text
+from ._connection import MYSQL, POSTGRESQL, SQLITE, DatabaseUrl
 from ._pg_listen import ValueListener, notifying_key
 from ._pg_tally import ADD, SETTLE, read_settled, settle_params
-from .base import LockStore, rooms_of, take_from
+from ._schema import COUNTERS, FLAGS, LOCKS, TALLIES, TALLY_MEMBERS, VALUES, WINDOWS, migrate
+from .backend import _Backend
 
 __all__ = ["DatabaseLockStore"]
 
 
-class DatabaseLockStore(LockStore):
+class DatabaseLockStore(StateStore):
     """Locks in a table of the application's database: insert-if-absent with an
     expiry, released and renewed only by their owner; beside them the windows,
     counters and flags of job middleware and paused queues (migration 2).

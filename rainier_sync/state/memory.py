@@ -1,4 +1,4 @@
-"""A lock store in this process's memory: for tests and single-process apps."""
+"""The store in this process's memory: for tests and single-process apps."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import threading
 from typing import Callable, Sequence
 
 from .. import _clock
-from .base import LockStore, take_from
+from .base import StateStore, take_from
 
 __all__ = ["MemoryLockStore"]
 
 
-class MemoryLockStore(LockStore):
+class MemoryLockStore(StateStore):
     """Locks that only this process sees. Expiry follows :func:`rainier_sync._clock.now`,
     so freezegun moves it."""
 

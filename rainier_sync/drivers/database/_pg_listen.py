@@ -17,10 +17,11 @@ import select
 import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .. import _clock
+from ... import _clock
+from . import _connection
 
 if TYPE_CHECKING:
-    from ..drivers.database._connection import Database
+    from ._connection import Database
 
 __all__ = ["CHANNEL", "ValueListener", "notifying_key"]
 
@@ -119,10 +120,8 @@ class ValueListener:
             return self._conn
         if self._pid != os.getpid():
             self._conn = None  # the parent process's: never touched from a child
-        from ..drivers.database._connection import connect
-
         try:
-            conn = connect(
+            conn = _connection.connect(
                 self._db.target,
                 application_name=self._db.application_name + "-values",
                 response_timeout=self._db.response_timeout,
