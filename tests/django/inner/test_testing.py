@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = [pytest.mark.postgres, pytest.mark.mysql, pytest.mark.redis]
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 PROJECT = ROOT / "examples" / "django_app"
 
 
