@@ -8,7 +8,9 @@ __all__ = ["RainierSyncConfig"]
 
 
 class RainierSyncConfig(AppConfig):  # type: ignore[misc]
-    """Boots the queue from the settings when Django starts (``ready()``)."""
+    """Boots the queue from the settings when Django starts (``ready()``); when
+    ``TASKS`` names a rainier_sync backend, imports each app's ``tasks`` module
+    and registers its tasks, so a worker knows them."""
 
     name = "rainier_sync.django"
     label = "rainier_sync"
@@ -16,10 +18,12 @@ class RainierSyncConfig(AppConfig):  # type: ignore[misc]
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
+        from django.conf import settings
+
         from ..manager import set_instance
         from ..scopes import add_attempt_scope
         from . import checks  # noqa: F401 - registers the system checks
-        from .conf import boot
+        from .conf import boot, uses_tasks_backend
         from .hygiene import forked_scope, mark_home
         from .state import booted_manager, set_manager
 
@@ -31,3 +35,8 @@ class RainierSyncConfig(AppConfig):  # type: ignore[misc]
         set_instance(manager)
         mark_home()
         add_attempt_scope(forked_scope)
+        if uses_tasks_backend(settings):
+            # A worker runs Django tasks too: each app's tasks module defines them.
+            from .conf import discover_tasks
+
+            discover_tasks(manager.registry)

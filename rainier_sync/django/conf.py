@@ -333,6 +333,46 @@ def _boot_env(
     return booted, plan
 
 
+def uses_tasks_backend(settings: Any) -> bool:
+    """Whether ``TASKS`` names a backend of this package (``TasksBackend``)."""
+    tasks = _setting(settings, "TASKS")
+    if not isinstance(tasks, Mapping):
+        return False
+    return any(
+        isinstance(entry, Mapping) and str(entry.get("BACKEND", "")).startswith("rainier_sync.django.")
+        for entry in tasks.values()
+    )
+
+
+def discover_tasks(registry: JobRegistry) -> list[str]:
+    """Register the job class of every task defined in an installed app's
+    ``tasks`` module whose backend is a :class:`~rainier_sync.django.tasks.TasksBackend`;
+    returns their names."""
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    from .tasks import FRAMEWORK, TasksBackend, job_class_for
+
+    framework = importlib.import_module(FRAMEWORK)
+    task_class = importlib.import_module(f"{FRAMEWORK}.base").Task
+    found: list[str] = []
+    for app in apps.get_app_configs():
+        if app.module is None or not module_has_submodule(app.module, "tasks"):
+            continue
+        module = importlib.import_module(f"{app.name}.tasks")
+        for value in list(vars(module).values()):
+            if not isinstance(value, task_class):
+                continue
+            backend = framework.task_backends[value.backend]
+            if not isinstance(backend, TasksBackend):
+                continue
+            cls = job_class_for(value, backend.keep_result)
+            if registry.find(cls.NAME) is not cls:
+                registry.register(cls)
+            found.append(cls.NAME)
+    return found
+
+
 def checked_settings(environ: dict[str, str], name: str) -> dict[str, Any]:
     from ..config.connections import Connections
 

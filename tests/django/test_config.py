@@ -153,3 +153,23 @@ def test_rainier_queues_may_be_the_path_of_a_toml_file(tmp_path: pathlib.Path) -
         assert manager.connection("main").reservation == 120
     finally:
         manager.close()
+
+
+def test_a_worker_knows_the_tasks_of_each_app_when_tasks_use_the_backend(tmp_path: pathlib.Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    env.update(PYTHONPATH=str(root), TASKS_DB=str(tmp_path / "tasks.sqlite3"),
+               DJANGO_SETTINGS_MODULE="tests.django.tasks_settings")  # fmt: skip
+    code = (
+        "import django; django.setup()\n"
+        "from rainier_sync.django import get_manager\n"
+        "print(sorted(cls.NAME for cls in get_manager().registry.classes()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "tests.django.taskapp.tasks.ping" in done.stdout
