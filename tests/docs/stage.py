@@ -101,6 +101,13 @@ SETUP: dict[str, str] = {
         "job_id = None\n"
     ),
     "docs/drivers/memory-and-sync.rst": "job_id = None\n",
+    # The page's orders app: its jobs module is the page's own jobs block.
+    "docs/django.rst": (
+        "import pathlib\n"
+        "pathlib.Path('orders').mkdir(exist_ok=True)\n"
+        "pathlib.Path('orders/__init__.py').touch()\n"
+        "pathlib.Path('orders/jobs.py').write_text('from docs_example import send_receipt\\n')\n"
+    ),
     "docs/drivers/redis.rst": "job_id = None\n",
     "docs/integrations.rst": (
         "name, email = 'Ada', 'ada@example.com'\n"
@@ -163,6 +170,8 @@ RAISES: dict[tuple[str, str], str] = {
 SKIP_TESTS: dict[str, str] = {
     "test_signup_sends_a_welcome": "calls the reader's register_user",
     "test_the_welcome_mail": "uses the reader's FakeMailer",
+    "test_an_order_sends_its_receipt": "posts to the reader's Django project with pytest-django's client",
+    "test_out_of_stock_queues_nothing": "posts to the reader's Django project with pytest-django's client",
 }
 
 #: Blocks compiled but not run: (page, first line) -> why.
@@ -177,6 +186,9 @@ COMPILE_ONLY: dict[tuple[str, str], str] = {
     ),
     ("docs/drivers/writing.rst", '"""What configuration knows of the Acme driver."""'): (
         "a module of a driver package: its relative imports need that package"
+    ),
+    ("docs/django.rst", "from django.db import transaction"): (
+        "a view of a Django project; tests/django/test_example.py runs examples/django_app's"
     ),
     ("docs/flask.rst", '@app.post("/signup")'): (
         "a view of the app above; tests/flask/test_example.py runs examples/flask_app"

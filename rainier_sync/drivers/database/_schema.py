@@ -290,44 +290,46 @@ def migrate(db: Database) -> list[int]:
     """Apply the migrations not yet applied; returns the versions applied now.
     On SQLite this creates the database file if it is not there yet."""
     db.create()
+    return db.run(lambda conn: apply_migrations(conn, db.dialect))
 
-    def apply(conn: Any) -> list[int]:
-        dialect = db.dialect
-        ph = "?" if dialect == SQLITE else "%s"
-        applied_now: list[int] = []
-        if dialect == SQLITE:
-            conn.execute("BEGIN IMMEDIATE")  # one migrating process at a time
-        elif dialect == POSTGRESQL:
-            conn.execute("BEGIN")
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('rainier_sync.migrate'))")
-        else:
-            cur = conn.cursor()
-            cur.execute("SELECT GET_LOCK('rainier_sync.migrate', 60)")
-        try:
-            cursor = conn.cursor()
-            cursor.execute(_BOOKKEEPING[dialect])
-            cursor.execute(f"SELECT version FROM {MIGRATIONS}")
-            done = {int(row[0]) for row in cursor.fetchall()}
-            for migration in MIGRATION_LIST:
-                if migration.version in done:
-                    continue
-                for statement in migration.sql(dialect):
-                    cursor.execute(statement)
-                cursor.execute(
-                    f"INSERT INTO {MIGRATIONS} (version, name, applied_at) VALUES ({ph}, {ph}, {ph})",
-                    (migration.version, migration.name, _clock.now()),
-                )
-                applied_now.append(migration.version)
-        except BaseException:
-            if dialect == MYSQL:
-                conn.cursor().execute("SELECT RELEASE_LOCK('rainier_sync.migrate')")
-            else:
-                conn.execute("ROLLBACK")
-            raise
+
+def apply_migrations(conn: Any, dialect: str) -> list[int]:
+    """Apply the migrations not yet applied on ``conn`` (a DB-API connection of
+    ``dialect`` that is not inside a transaction), each dialect's way of letting
+    one migrating process at a time; returns the versions applied now."""
+    ph = "?" if dialect == SQLITE else "%s"
+    applied_now: list[int] = []
+    if dialect == SQLITE:
+        conn.execute("BEGIN IMMEDIATE")  # one migrating process at a time
+    elif dialect == POSTGRESQL:
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('rainier_sync.migrate'))")
+    else:
+        cur = conn.cursor()
+        cur.execute("SELECT GET_LOCK('rainier_sync.migrate', 60)")
+    try:
+        cursor = conn.cursor()
+        cursor.execute(_BOOKKEEPING[dialect])
+        cursor.execute(f"SELECT version FROM {MIGRATIONS}")
+        done = {int(row[0]) for row in cursor.fetchall()}
+        for migration in MIGRATION_LIST:
+            if migration.version in done:
+                continue
+            for statement in migration.sql(dialect):
+                cursor.execute(statement)
+            cursor.execute(
+                f"INSERT INTO {MIGRATIONS} (version, name, applied_at) VALUES ({ph}, {ph}, {ph})",
+                (migration.version, migration.name, _clock.now()),
+            )
+            applied_now.append(migration.version)
+    except BaseException:
         if dialect == MYSQL:
             conn.cursor().execute("SELECT RELEASE_LOCK('rainier_sync.migrate')")
         else:
-            conn.execute("COMMIT")
-        return applied_now
-
-    return db.run(apply)
+            conn.execute("ROLLBACK")
+        raise
+    if dialect == MYSQL:
+        conn.cursor().execute("SELECT RELEASE_LOCK('rainier_sync.migrate')")
+    else:
+        conn.execute("COMMIT")
+    return applied_now

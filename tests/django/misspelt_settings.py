@@ -1,0 +1,6 @@
+"""Settings with a misspelt rainier_sync setting: Django must refuse to start."""
+
+SECRET_KEY = "misspelt-settings-only-refused"
+INSTALLED_APPS = ["rainier_sync.django"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "unused.sqlite3"}}
+RAINIER_QUEUS = {"connections": {"main": {"driver": "database", "alias": "default"}}}

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SiteConfig(AppConfig):
+    name = "tests.django.site"
+    label = "site"
