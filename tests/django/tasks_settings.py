@@ -1,8 +1,10 @@
+
 """A project whose TASKS use rainier_sync's backend: its worker must know the tasks."""
 
 import os
+import secrets
 
-SECRET_KEY = "tasks-settings-of-the-tests"
+SECRET_KEY = secrets.token_hex(32)
 USE_TZ = True
 INSTALLED_APPS = ["rainier_sync.django", "tests.django.taskapp"]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ["TASKS_DB"]}}

@@ -10,6 +10,7 @@ through the outbox, kept in ``default``).
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -37,7 +38,7 @@ def django_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     prefix = f"rainier-dj-{uuid.uuid4().hex[:8]}:"
     settings.configure(
         DEBUG=False,
-        SECRET_KEY="django-tests-" + uuid.uuid4().hex,
+        SECRET_KEY=secrets.token_hex(32),
         USE_TZ=True,
         INSTALLED_APPS=["django.contrib.contenttypes", "rainier_sync.django", "tests.django.site"],
         DATABASES={
