@@ -25,7 +25,7 @@ from .jobs import Job
 from .outbox.dispatch import check_outbox, send_through_outbox
 from .pending import PendingDispatch
 from .queued import new_id, queued_job
-from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
+from .recording import PushedJob, Recording, RecordingQueue, not_a_fake
 from .registry import JobRegistry
 from .types import QueuedJob, Result
 from .unique import admit_within, release, release_within
@@ -66,7 +66,7 @@ OWN_STORE: Literal[_Own.STORE] = _Own.STORE
 _SLICE = 200
 
 
-class QueueManager(OnlyAFakeRecords):
+class QueueManager:
     """Dispatches jobs to named connections (one driver each).
 
     ``connections`` maps names to drivers; ``default`` names the one used when
@@ -495,6 +495,25 @@ class QueueManager(OnlyAFakeRecords):
 
         push_stream(slices())
         return ids
+
+    # -- a fake manager's assertions: on a real one, each raises, saying so ----------------
+    def pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> list[QueuedJob]:
+        raise not_a_fake("pushed")
+
+    def assert_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        raise not_a_fake("assert_pushed")
+
+    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
+        raise not_a_fake("assert_pushed_times")
+
+    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Callable[[Any], bool] | None = None) -> None:
+        raise not_a_fake("assert_pushed_on")
+
+    def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        raise not_a_fake("assert_not_pushed")
+
+    def assert_nothing_pushed(self) -> None:
+        raise not_a_fake("assert_nothing_pushed")
 
     def __repr__(self) -> str:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"
