@@ -1,12 +1,13 @@
 """What a manager keeps in its lock store beside unique locks: paused queues,
 batches, chains and job results; and what it reads there of the workers (their
-records and counts). :class:`~rainier_sync.QueueManager` has these methods;
-they live here to keep the manager's own module about dispatching."""
+records and counts). A :class:`~rainier_sync.QueueManager` is built with one
+:class:`Coordination` over itself and hands these methods to it, to keep the
+manager's own module about dispatching."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .batch import Batch, PendingBatch
 from .batch import cancel as cancel_batch
@@ -24,7 +25,7 @@ from .types import QueuedJob, Result, decode
 if TYPE_CHECKING:
     from .drivers.base import BaseQueue
     from .fleet import MinuteCounts, WorkerInfo
-    from .registry import JobRegistry
+    from .manager import QueueManager
 
 __all__ = ["Coordination", "store_of"]
 
@@ -32,59 +33,55 @@ log = logging.getLogger("rainier_sync")
 
 
 class Coordination:
-    """Paused queues, batches, chains and results, kept in ``locks``; the fleet, read there."""
+    """Paused queues, batches, chains and results of one manager, kept in its
+    lock store (``manager.locks``); the fleet, read there."""
 
-    locks: LockStore | None
-    registry: JobRegistry
-    default: str | None
-    #: ``locks=None`` was given (else a missing store is one the default connection's backend cannot hold).
-    _said_no_store: bool = False
+    def __init__(self, manager: QueueManager, *, said_no_store: bool) -> None:
+        self._manager = manager
+        #: ``locks=None`` was given (else a missing store is one the default connection's backend cannot hold).
+        self._said_no_store = said_no_store
 
-    def connection(self, name: str | None = None) -> Any:
-        raise NotImplementedError
-
-    @property
-    def connections(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _store(self, what: str) -> LockStore:
+    def store(self, what: str) -> LockStore:
         """The lock store, for ``what``; without one a ConfigurationError naming ``locks`` and what to write."""
-        if self.locks is None:
-            raise ConfigurationError(self._no_store(what))
-        return self.locks
+        locks = self._manager.locks
+        if locks is None:
+            raise ConfigurationError(self.no_store(what))
+        return locks
 
-    def _no_store(self, what: str) -> str:
+    def no_store(self, what: str) -> str:
+        """Why ``what`` finds no lock store, and what to write."""
+        manager = self._manager
         if self._said_no_store:
             why = "the manager was given locks=None"
-        elif self.default is None:
+        elif manager.default is None:
             why = "the manager has no default connection to keep one in"
         else:
-            driver = self.connection(self.default)
-            why = f"its default connection {self.default!r} ({driver.kind}) has no backend that can hold one"
+            queue = manager.connection(manager.default)
+            why = f"its default connection {manager.default!r} ({queue.kind}) has no backend that can hold one"
         return f"{what} needs a lock store, and {why}: {STORE_HINT}, or QueueResources(locks=...) booting from config"
 
     # -- batches and chains -----------------------------------------------------------
     def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
         """A batch of jobs counted as one piece of work: ``manager.batch(jobs,
         name=...).then(J()).catch(F()).finally_(C()).dispatch()`` returns a :class:`Batch`."""
-        return PendingBatch(self, jobs, name)
+        return PendingBatch(self._manager, jobs, name)
 
     def find_batch(self, batch_id: str) -> Batch | None:
         """The batch as stored now, or None (never made, or expired)."""
-        return read_batch(self, batch_id)
+        return read_batch(self._manager, batch_id)
 
     def batches(self, limit: int = 100) -> list[Batch]:
         """The batches still kept, newest first."""
-        return list_batches(self, limit)
+        return list_batches(self._manager, limit)
 
     def cancel_batch(self, batch_id: str) -> bool:
         """Cancel a batch: its jobs not yet started are skipped. False when there is no such batch."""
-        return cancel_batch(self, batch_id)
+        return cancel_batch(self._manager, batch_id)
 
     def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
         """A chain of jobs, each run only after the one before it succeeded:
         ``manager.chain([A(), B()]).catch(Failed()).dispatch()`` returns the chain's id."""
-        return PendingChain(self, jobs)
+        return PendingChain(self._manager, jobs)
 
     # -- paused queues ----------------------------------------------------------------
     def pause(self, queue: str, connection: str | None = None) -> None:
@@ -100,18 +97,19 @@ class Coordination:
     def paused(self, connection: str | None = None) -> set[str]:
         """The paused queues of ``connection`` (the default); empty without a
         lock store, where no queue can be paused."""
-        if self.locks is None:
+        locks = self._manager.locks
+        if locks is None:
             return set()
-        return self.locks.flags(self._pause_group(connection))
+        return locks.flags(self._pause_group(connection))
 
     def _pause_group(self, connection: str | None) -> str:
-        self.connection(connection)  # an undeclared connection is an error, never the default
-        return f"paused:{connection or self.default}"
+        self._manager.connection(connection)  # an undeclared connection is an error, never the default
+        return f"paused:{connection or self._manager.default}"
 
     def _pause_flag(self, queue: str, connection: str | None, on: bool) -> None:
         check_queue_name(queue)
         group = self._pause_group(connection)
-        self._store("pausing a queue").set_flag(group, queue, on)
+        self.store("pausing a queue").set_flag(group, queue, on)
 
     # -- the fleet ----------------------------------------------------------------------
     def workers(self, connection: str | None = None) -> list[WorkerInfo]:
@@ -121,7 +119,7 @@ class Coordination:
         store, a ConfigurationError naming ``locks``."""
         from .fleet import list_workers
 
-        return list_workers(self._store("listing the workers"), self._fleet_connections(connection))
+        return list_workers(self.store("listing the workers"), self._fleet_connections(connection))
 
     def throughput(self, connection: str | None = None, minutes: int = 60) -> list[MinuteCounts]:
         """What the workers of ``connection`` (every connection when None), in
@@ -129,50 +127,52 @@ class Coordination:
         first (kept two hours). Without a lock store, a ConfigurationError naming ``locks``."""
         from .fleet import read_throughput
 
-        locks = self._store("reading the workers' throughput")
+        locks = self.store("reading the workers' throughput")
         return read_throughput(locks, self._fleet_connections(connection), minutes)
 
     def _fleet_connections(self, connection: str | None) -> list[str]:
         if connection is None:
-            return sorted(self.connections)
-        self.connection(connection)  # an undeclared connection is an error
+            return sorted(self._manager.connections)
+        self._manager.connection(connection)  # an undeclared connection is an error
         return [connection]
 
     # -- results -----------------------------------------------------------------------
-    def _keeps(self, jobs: list[QueuedJob]) -> bool:
+    def keeps(self, jobs: list[QueuedJob]) -> bool:
         """Whether any of ``jobs`` keeps a result; refused before anything is stored without a lock store."""
+        manager = self._manager
         for queued in jobs:
-            cls = self.registry.find(queued.name)
+            cls = manager.registry.find(queued.name)
             if cls is not None and cls.KEEP_RESULT is not None:
-                if self.locks is None:
+                if manager.locks is None:
                     raise ConfigurationError(
-                        self._no_store(f"job {queued.name!r} keeps its result (KEEP_RESULT), which")
+                        self.no_store(f"job {queued.name!r} keeps its result (KEEP_RESULT), which")
                     )
                 return True
         return False
 
-    def _mark_pending(self, jobs: list[QueuedJob], *, gone: bool = False) -> None:
+    def mark_pending(self, jobs: list[QueuedJob], *, gone: bool = False) -> None:
         """Mark the jobs that keep a result as pending, so ``result()`` tells them
         from unknown ones (``gone``: their push failed, so take the mark back)."""
-        assert self.locks is not None
+        locks, registry = self._manager.locks, self._manager.registry
+        assert locks is not None
         for queued in jobs:
-            cls = self.registry.find(queued.name)
+            cls = registry.find(queued.name)
             if cls is None or cls.KEEP_RESULT is None:
                 continue
             if gone:
                 try:
-                    self.locks.put_value(result_key(queued.id), '{"status":"unknown"}', 0.001)
+                    locks.put_value(result_key(queued.id), '{"status":"unknown"}', 0.001)
                 except Exception:  # noqa: BLE001 - the push's own error is the one to raise
                     log.warning("job %s: its pending result mark could not be taken back", queued.id)
             else:  # kept while it waits and runs (a week), then as long as its result
-                self.locks.put_value(result_key(queued.id), '{"status":"pending"}', 7 * 86400 + cls.KEEP_RESULT)
+                locks.put_value(result_key(queued.id), '{"status":"pending"}', 7 * 86400 + cls.KEEP_RESULT)
 
     def result(self, job_id: str, wait: float | None = None) -> Result:
         """The result of a job whose class keeps results (``KEEP_RESULT``):
         ``Result(status, value, error)``, status ``pending``, ``processed``,
         ``failed`` or ``unknown``. With ``wait``, waits up to that many seconds
         while it is pending (woken when it finishes where the store can)."""
-        locks = self._store("reading a result")
+        locks = self.store("reading a result")
         key = result_key(job_id)
 
         def finished(text: str | None) -> bool:

@@ -153,7 +153,7 @@ class Executor:
         try:
             with self.attempt_context(queued), attempt_scopes(queued):
                 job = self.build(queued)
-                chain = self.chain(queued, job)
+                chain = self.middleware_chain(queued, job)
                 if self.skipped_batch(queued, context):
                     pass
                 elif chain:
@@ -179,7 +179,7 @@ class Executor:
         completion.interrupted = interrupted
         return completion
 
-    def chain(self, queued: QueuedJob, job: Job) -> list[Any]:
+    def middleware_chain(self, queued: QueuedJob, job: Job) -> list[Any]:
         """The middleware an attempt runs through: the job's own, after a
         :class:`~rainier_sync.once.OnceGuard` when the job is one copy of work
         that must run once (a schedule's tick, a chain's link)."""

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 from . import _clock, signals
-from .batch import PendingBatch, RecordedBatch
+from .batch import Batch, PendingBatch, RecordedBatch
 from .chain import PendingChain, RecordedChain
 from .container import Container
 from .coordination import Coordination, store_of
@@ -25,15 +25,16 @@ from .jobs import Job
 from .outbox.dispatch import check_outbox, send_through_outbox
 from .pending import PendingDispatch
 from .queued import new_id, queued_job
-from .recording import OnlyAFakeRecords, PushedJob, Recording, RecordingQueue
+from .recording import PushedJob, Recording, RecordingQueue, not_a_fake
 from .registry import JobRegistry
-from .types import QueuedJob
+from .types import QueuedJob, Result
 from .unique import admit_within, release, release_within
 
 if TYPE_CHECKING:
     from .config import Booted, QueueResources
     from .drivers.base import BaseQueue
     from .drivers.database.outbox import Outbox
+    from .fleet import MinuteCounts, WorkerInfo
     from .schedule import Schedule
     from .state.base import LockStore
 
@@ -65,7 +66,7 @@ OWN_STORE: Literal[_Own.STORE] = _Own.STORE
 _SLICE = 200
 
 
-class QueueManager(Coordination, OnlyAFakeRecords):
+class QueueManager:
     """Dispatches jobs to named connections (one driver each).
 
     ``connections`` maps names to drivers; ``default`` names the one used when
@@ -93,8 +94,9 @@ class QueueManager(Coordination, OnlyAFakeRecords):
     ) -> None:
         self.registry = registry if registry is not None else JobRegistry()
         self.container = container if container is not None else Container()
-        self._said_no_store = locks is None
         self.locks: LockStore | None = None if locks is OWN_STORE else locks
+        #: Paused queues, batches, chains and results, kept in ``locks``.
+        self._coordination = Coordination(self, said_no_store=locks is None)
         #: The periodic jobs a scheduling worker or ``schedule:run`` dispatches.
         self.schedule = schedule
         if schedule is not None:
@@ -205,6 +207,74 @@ class QueueManager(Coordination, OnlyAFakeRecords):
             self.locks.close()
         if self.outbox is not None:
             self.outbox.close()
+
+    # -- batches, chains, paused queues, the fleet, results (coordination.py) ---------------
+    def batch(self, jobs: Sequence[Job], name: str | None = None) -> PendingBatch:
+        """A batch of jobs counted as one piece of work: ``manager.batch(jobs,
+        name=...).then(J()).catch(F()).finally_(C()).dispatch()`` returns a :class:`Batch`."""
+        return self._coordination.batch(jobs, name)
+
+    def find_batch(self, batch_id: str) -> Batch | None:
+        """The batch as stored now, or None (never made, or expired)."""
+        return self._coordination.find_batch(batch_id)
+
+    def batches(self, limit: int = 100) -> list[Batch]:
+        """The batches still kept, newest first."""
+        return self._coordination.batches(limit)
+
+    def cancel_batch(self, batch_id: str) -> bool:
+        """Cancel a batch: its jobs not yet started are skipped. False when there is no such batch."""
+        return self._coordination.cancel_batch(batch_id)
+
+    def chain(self, jobs: Sequence[Job | PendingDispatch]) -> PendingChain:
+        """A chain of jobs, each run only after the one before it succeeded:
+        ``manager.chain([A(), B()]).catch(Failed()).dispatch()`` returns the chain's id."""
+        return self._coordination.chain(jobs)
+
+    def pause(self, queue: str, connection: str | None = None) -> None:
+        """Stop every worker of ``connection`` (the default), in any process, from
+        claiming jobs of ``queue`` (within its ``sleep``); running jobs finish and
+        dispatching still works. Kept in the lock store the workers share."""
+        self._coordination.pause(queue, connection)
+
+    def resume(self, queue: str, connection: str | None = None) -> None:
+        """Let workers claim from a paused ``queue`` again."""
+        self._coordination.resume(queue, connection)
+
+    def paused(self, connection: str | None = None) -> set[str]:
+        """The paused queues of ``connection`` (the default); empty without a
+        lock store, where no queue can be paused."""
+        return self._coordination.paused(connection)
+
+    def workers(self, connection: str | None = None) -> list[WorkerInfo]:
+        """The workers of ``connection`` (every connection when None), in any
+        process, as they last recorded themselves in the lock store: a record
+        lapses about 30 s after its worker stopped refreshing it. Without a lock
+        store, a ConfigurationError naming ``locks``."""
+        return self._coordination.workers(connection)
+
+    def throughput(self, connection: str | None = None, minutes: int = 60) -> list[MinuteCounts]:
+        """What the workers of ``connection`` (every connection when None), in
+        any process, finished in each of the last ``minutes`` minutes, oldest
+        first (kept two hours). Without a lock store, a ConfigurationError naming ``locks``."""
+        return self._coordination.throughput(connection, minutes)
+
+    def result(self, job_id: str, wait: float | None = None) -> Result:
+        """The result of a job whose class keeps results (``KEEP_RESULT``):
+        ``Result(status, value, error)``, status ``pending``, ``processed``,
+        ``failed`` or ``unknown``. With ``wait``, waits up to that many seconds
+        while it is pending (woken when it finishes where the store can)."""
+        return self._coordination.result(job_id, wait)
+
+    def _store(self, what: str) -> LockStore:
+        """The lock store, for ``what``; without one a ConfigurationError naming ``locks``."""
+        return self._coordination.store(what)
+
+    def _keeps(self, jobs: list[QueuedJob]) -> bool:
+        return self._coordination.keeps(jobs)
+
+    def _mark_pending(self, jobs: list[QueuedJob], *, gone: bool = False) -> None:
+        self._coordination.mark_pending(jobs, gone=gone)
 
     # -- dispatching -----------------------------------------------------------------
     def pending(self, job: Job) -> PendingDispatch:
@@ -425,6 +495,25 @@ class QueueManager(Coordination, OnlyAFakeRecords):
 
         push_stream(slices())
         return ids
+
+    # -- a fake manager's assertions: on a real one, each raises, saying so ----------------
+    def pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> list[QueuedJob]:
+        raise not_a_fake("pushed")
+
+    def assert_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        raise not_a_fake("assert_pushed")
+
+    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
+        raise not_a_fake("assert_pushed_times")
+
+    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Callable[[Any], bool] | None = None) -> None:
+        raise not_a_fake("assert_pushed_on")
+
+    def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
+        raise not_a_fake("assert_not_pushed")
+
+    def assert_nothing_pushed(self) -> None:
+        raise not_a_fake("assert_nothing_pushed")
 
     def __repr__(self) -> str:
         return f"<QueueManager default={self.default!r} connections={sorted(self._connections)}>"

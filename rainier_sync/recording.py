@@ -9,7 +9,7 @@ from .drivers.base import BaseQueue, Promises
 from .jobs import Job
 from .types import ExceptionInfo, FailedJob, QueuedJob
 
-__all__ = ["PushedJob", "Recording", "RecordingQueue"]
+__all__ = ["PushedJob", "Recording", "RecordingQueue", "not_a_fake"]
 
 Predicate = Callable[[Any], bool]
 
@@ -149,30 +149,9 @@ class Recording:
         return ", ".join(f"{n} x{c}" for n, c in names.items())
 
 
-class OnlyAFakeRecords:
-    """The assertions of a fake manager, on a real one: each raises, saying so."""
-
-    def _not_a_fake(self, name: str) -> AssertionError:
-        return AssertionError(
-            f"{name}() needs QueueManager.fake(); this is a real QueueManager, which records nothing, "
-            "so the assertion would pass or fail for the wrong reason"
-        )
-
-    def pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> list[QueuedJob]:
-        raise self._not_a_fake("pushed")
-
-    def assert_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_pushed")
-
-    def assert_pushed_times(self, job_class: type[Job], times: int) -> None:
-        raise self._not_a_fake("assert_pushed_times")
-
-    def assert_pushed_on(self, job_class: type[Job], queue: str, where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_pushed_on")
-
-    def assert_not_pushed(self, job_class: type[Job], where: Callable[[Any], bool] | None = None) -> None:
-        raise self._not_a_fake("assert_not_pushed")
-
-    def assert_nothing_pushed(self) -> None:
-        raise self._not_a_fake("assert_nothing_pushed")
-
+def not_a_fake(name: str) -> AssertionError:
+    """The error an assertion of a fake manager raises on a real one."""
+    return AssertionError(
+        f"{name}() needs QueueManager.fake(); this is a real QueueManager, which records nothing, "
+        "so the assertion would pass or fail for the wrong reason"
+    )

@@ -8,7 +8,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from .. import _clock
-from ..execution import Completion, Executor
+from ..execution import ABANDONED, Completion, Executor
+from ..fleet import wait_bucket
 from ..types import QueuedJob
 from .child import load_child_setup, supported
 from .options import WorkerOptions
@@ -27,7 +28,13 @@ class Attempts:
     """Runs one worker's attempts, and owns the child processes timed ones run in."""
 
     def __init__(
-        self, executor: Executor, manager: QueueManager, registry: JobRegistry, options: WorkerOptions
+        self,
+        executor: Executor,
+        manager: QueueManager,
+        registry: JobRegistry,
+        options: WorkerOptions,
+        *,
+        recorded: bool = False,
     ) -> None:
         self.executor = executor
         self.manager = manager
@@ -38,6 +45,9 @@ class Attempts:
         self._warned = False
         self._child_setup = load_child_setup(options.child_setup)
         self._interrupted_at: float | None = None
+        #: With ``recorded``, the attempts running now and when each started (seconds
+        #: since the epoch), kept only for the worker's record.
+        self.started: dict[int, tuple[QueuedJob, float]] | None = {} if recorded else None
 
     def prepare(self) -> None:
         """Start the fork server now (from the owning thread, before the pool
@@ -53,16 +63,32 @@ class Attempts:
         return limit if limit is not None else self.options.timeout
 
     def run(self, job: QueuedJob, stop_requested: threading.Event) -> Completion:
-        """Run one attempt: in this thread, or in a supervised child when it has a time limit."""
-        lost = self.executor.lost(job)
-        if lost is not None:
-            return lost
-        timeout = self.timeout(job)
-        if timeout is not None:
-            supervisor = self.get_supervisor()
-            if supervisor is not None:
-                return supervisor.run(job, timeout, stop_requested)
-        return self.executor.run(job, stop_requested)
+        """Run one attempt: in this thread, or in a supervised child when it has a time
+        limit. Never raises: an attempt that raises is abandoned, interrupted."""
+        started = self.started
+        if started is not None:
+            began = _clock.now()
+            started[id(job)] = (job, began)
+        try:
+            completion = self.executor.lost(job)
+            if completion is None:
+                timeout = self.timeout(job)
+                supervisor = None if timeout is None else self.get_supervisor()
+                if supervisor is not None and timeout is not None:
+                    completion = supervisor.run(job, timeout, stop_requested)
+                else:
+                    completion = self.executor.run(job, stop_requested)
+        except BaseException as exc:  # noqa: BLE001 - never lose a completion
+            completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
+        if started is not None:
+            started.pop(id(job), None)
+            completion.wait_bucket = wait_bucket(job, began)
+        return completion
+
+    def running_since(self) -> list[tuple[QueuedJob, float]]:
+        """The attempts running now, and when each started (seconds since the epoch)."""
+        started = self.started
+        return list(started.values()) if started else []
 
     def get_supervisor(self) -> Supervisor | None:
         """The child-process pool for timed attempts (None where it is not available)."""

@@ -15,7 +15,7 @@ from .._text import escaped
 from ..errors import QueueUnavailableError
 from ..types import ExceptionInfo
 
-__all__ = ["Health", "WorkerHealth", "HealthFile", "is_outage"]
+__all__ = ["Health", "WorkerHealth", "HealthFile", "Turns", "is_outage"]
 
 log = logging.getLogger("rainier_sync")
 
@@ -77,6 +77,21 @@ class HealthFile:
                 log.warning("cannot touch the health file %s: %s", self.path, exc)
             return
         self._warned = False
+
+
+class Turns:
+    """When the owning loop last began a turn, and the health file that says so."""
+
+    def __init__(self, health_file: str | None) -> None:
+        #: When the owning loop last began a turn (monotonic; None before the run).
+        self.last: float | None = None
+        self.file = HealthFile(health_file) if health_file else None
+
+    def turn(self, now: float) -> None:
+        """The loop begins a turn at monotonic time ``now``."""
+        self.last = now
+        if self.file is not None:
+            self.file.turn(now)
 
 
 def is_outage(exc: BaseException) -> bool:

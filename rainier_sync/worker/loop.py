@@ -15,7 +15,6 @@ needs one connection per worker process, not one per thread.
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import threading
@@ -23,31 +22,33 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _clock, signals
 from ..errors import ConfigurationError
-from ..execution import ABANDONED, Completion, Executor
-from ..fleet import RECORD_EVERY, FleetRecorder, wait_bucket
+from ..execution import Executor
+from ..fleet import RECORD_EVERY, FleetRecorder
 from ..scheduler import Scheduler
 from ..state.base import STORE_HINT
 from ..types import QueuedJob
 from .attempts import Attempts
-from .control import Control
-from .health import TOUCH_EVERY, Health, HealthFile, WorkerHealth, is_outage
+from .control import Control, finish_relay, make_relay, start_relay
+from .health import TOUCH_EVERY, Health, Turns, WorkerHealth, is_outage
 from .options import ACK_DELAY, PREFETCH_WINDOW, WorkerOptions, WorkerStats
-from .pool import Pool
+from .pool import Line
 from .settle import Claims
 from .stopping import Stopping
 
 if TYPE_CHECKING:
     from ..container import Container
-    from ..drivers.base import BaseQueue, ConsumerSession
+    from ..drivers.base import BaseQueue, ConsumerSession, Waker
     from ..manager import QueueManager
+    from ..outbox.relay import Relay
     from ..registry import JobRegistry
+    from ..state.base import LockStore
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("rainier_sync")
 
 
-class Worker(Control, Stopping):
+class Worker:
     """Runs jobs from one connection of a :class:`~rainier_sync.QueueManager`.
 
     ``run()`` blocks until stopped (or, with ``once``, until nothing is due);
@@ -66,108 +67,60 @@ class Worker(Control, Stopping):
         from ..drivers.base import Waker
 
         self.manager = manager
-        self.options = options or WorkerOptions()
+        self.options = options = options or WorkerOptions()
         self.registry = registry if registry is not None else manager.registry
         self.container = container if container is not None else manager.container
-        self.connection_name = connection or self.options.connection or manager.default
-        self.driver: BaseQueue = manager.connection(self.connection_name)
-        capabilities = self.driver.capabilities
-        if self.driver.reservation is not None and not capabilities.renews:
-            raise ConfigurationError(
-                f"connection {self.connection_name!r} ({self.driver.describe()}) reserves jobs but cannot renew "
-                "reservations: a job running longer than its reservation would be handed to a second worker"
-            )
-        if manager.locks is None:
-            needing = self.registry.needing_a_store()
-            if needing:
-                names = ", ".join(sorted(cls.NAME for cls in needing))
-                raise ConfigurationError(
-                    f"jobs {names} keep state in a lock store (middleware, KEEP_RESULT), and the manager has none: "
-                    + STORE_HINT
-                )
-        self.executor = Executor(self.registry, self.container, locks=manager.locks, sender=self, dispatcher=manager)
-        self.executor.in_rounds = True  # the owning loop counts jobs of batches a round at a time (settle.py)
-        self.executor.hands_over = self.driver if capabilities.hands_over else None
+        self.connection_name = name = connection or options.connection or manager.default
+        #: The connection's queue (its driver's instance) this worker claims from.
+        self.queue: BaseQueue = manager.connection(name)
+        _check(self.queue, name, self.registry, manager.locks)
+        self.executor = _executor(self, self.queue)
         #: Dispatches the manager's periodic jobs as they fall due (``WorkerOptions.schedule``).
-        self.scheduler = Scheduler(manager, self.connection_name) if self.options.schedule else None
+        self.scheduler = Scheduler(manager, name) if options.schedule else None
         self.stats = WorkerStats()
-        self._stop = threading.Event()
-        self._stopped_at: float | None = None
-        self._waker = Waker()
-        self._pool: Pool[QueuedJob] | None = None
-        self._session: ConsumerSession | None = None
-        self._health = Health(self, self.connection_name, once=self.options.once, give_up=self.options.give_up)
-        #: The attempts running in pool threads, and when each started (seconds
-        #: since the epoch), kept only for the worker's record.
-        self._started: dict[int, tuple[QueuedJob, float]] | None = None
-        #: This worker's record in the lock store, and its counts per minute (None without a store).
-        self.fleet: FleetRecorder | None = None
-        if manager.locks is not None:
-            self._started = {}
-            self.fleet = FleetRecorder(
-                manager.locks, self.connection_name or self.driver.connection, self.options.queues,
-                self.options.concurrency,
-                report=self._health.failed, running=self._running_since, last_turn=lambda: self._last_turn,
-            )  # fmt: skip
-        self._claims = Claims(
-            self._consumer, self.executor, self.stats, report=self._health.failed, stop=self.stop,
-            stopping=self._stop.is_set, count=self.fleet.count if self.fleet is not None else None,
-        )  # fmt: skip
-        # What running jobs see as context.stop_requested: one notice for all of
-        # them (set by stop()), apart from the worker's own stop flag.
-        self._stop_notice = threading.Event()
-        #: Claimed jobs that never started, to hand back at stop.
-        self._unstarted: list[QueuedJob] = []
-        #: Jobs a pool thread took just as the worker stopped, and left unstarted.
-        self._declined: collections.deque[QueuedJob] = collections.deque()
-        #: A stop asked for by a signal handler (its grace), for the owning loop to carry out.
-        self._signalled: tuple[float | None] | None = None
-        self._thread: threading.Thread | None = None
-        self._taken = 0
-        #: Finished attempts at which a pool thread wakes the owning loop to settle and claim.
-        self._refill_at = 1
-        self._rank = {queue: index for index, queue in enumerate(self.options.queues)}
-        self._queues = list(self.options.queues)
-        #: The paused queues of this connection as last looked up, and when.
-        self._paused: set[str] | None = None
-        self._paused_checked = 0.0
-        self._combined = capabilities.combined_claim
-        # Claiming ahead needs a driver that hands unstarted jobs back uncounted at stop.
-        self._may_claim_ahead = capabilities.give_back
+        waker, requested, notice = Waker(), threading.Event(), threading.Event()
+        self._health = health = Health(self, name, once=options.once, give_up=options.give_up)
         #: Runs attempts, in this process or (with a time limit) in supervised children.
-        self.attempts = Attempts(self.executor, manager, self.registry, self.options)
-        #: The owning loop's thread: discards it hears of while claiming are this worker's.
-        self._loop_thread: int | None = None
-        reservation = self.driver.reservation
-        self._beat = self.options.heartbeat or (reservation / 3 if reservation else None)
-        self._next_beat = float("inf")
-        self._next_reclaim = 0.0
-        self._health_file = HealthFile(self.options.health_file) if self.options.health_file else None
-        #: The longest the loop waits between turns: with a health file, it turns
-        #: about as often as it touches the file, busy or idle, whatever ``sleep``.
-        self._longest_wait = TOUCH_EVERY if self._health_file is not None else float("inf")
-        if self.fleet is not None:  # and as often as its record is refreshed, which waits for a turn
-            self._longest_wait = min(self._longest_wait, RECORD_EVERY)
-        #: When the owning loop last began a turn (monotonic; None before the run).
-        self._last_turn: float | None = None
-        self._relay = self._make_relay()
-        self._eviction_checked = False
+        self.attempts = Attempts(self.executor, manager, self.registry, options, recorded=manager.locks is not None)
+        self._turns = turns = Turns(options.health_file)
+        #: This worker's record in the lock store, and its counts per minute (None without a store).
+        self.fleet = None if manager.locks is None else FleetRecorder(
+            manager.locks, name or self.queue.connection, options.queues, options.concurrency,
+            report=health.failed, running=self.attempts.running_since, last_turn=lambda: turns.last,
+        )  # fmt: skip
+        self._session = Session(self.queue, health)
+        self._claims = Claims(
+            self._session, self.executor, self.stats, report=health.failed, stop=self.stop,
+            stopping=requested.is_set, count=self.fleet.count if self.fleet is not None else None,
+        )  # fmt: skip
+        self._line = Line(options.concurrency, self.attempts, self._claims, waker, notice, options.queues)
+        self._relay = make_relay(manager, options)
+        self._control = Control(options, waker, self._line, self._relay, requested, notice)
+        self._claimable = Claimable(manager.locks, name, options, health)
+        self._loop = Loop(
+            options, self.queue, name, stats=self.stats, scheduler=self.scheduler, fleet=self.fleet,
+            relay=self._relay, health=health, turns=turns, session=self._session, claims=self._claims,
+            line=self._line, control=self._control, claimable=self._claimable, waker=waker, notice=notice,
+            stopping=Stopping(
+                self._control, self.attempts, self._claims, self._line, self._session, health, waker
+            ),
+        )  # fmt: skip
+        self._thread: threading.Thread | None = None
 
     def health(self) -> WorkerHealth:
         """What a liveness probe judges: how long ago the loop last turned, what it
         holds and runs, and how the backend has been answering. Safe from any thread."""
-        last, pool, failing = self._last_turn, self._pool, self._health.failing_since
+        last, failing = self._turns.last, self._health.failing_since
         monotonic = _clock.monotonic()
         return WorkerHealth(
             last_turn_age=None if last is None else max(0.0, monotonic - last),
-            running=pool.busy if pool is not None else 0,
+            running=self._line.busy,
             held=len(self._claims.running),
             stopping=self.stopping,
             last_error=self._health.last_error,
             failing_since=None if failing is None else _clock.now() - (monotonic - failing),
         )
 
-    # -- the owning loop -----------------------------------------------------------
     def run(self) -> WorkerStats:
         """Work until stopped; with ``once``, until nothing is due. Returns the stats.
 
@@ -175,28 +128,207 @@ class Worker(Control, Stopping):
         (a ``once`` run gives up after ``give_up`` seconds); a backend that answers
         and refuses raises :class:`~rainier_sync.errors.ConfigurationError` at once.
         """
+        self._loop.run()
+        return self.stats
+
+    @property
+    def stopping(self) -> bool:
+        return self._control.requested.is_set()
+
+    def stop(self, grace: float | None = None) -> None:
+        """Take no new job; let running ones finish (up to the grace period).
+        Jobs claimed ahead and not started go back to the queue."""
+        self._control.stop(grace)
+
+    def start(self) -> threading.Thread:
+        """Run the worker in a background thread (for a service that embeds it)."""
+        if self._thread is not None:
+            raise RuntimeError("this worker was already started")
+        self._thread = threading.Thread(
+            target=self._run_in_thread, name=f"rainier-worker-{self.connection_name}", daemon=True
+        )
+        self._thread.start()
+        return self._thread
+
+    def _run_in_thread(self) -> None:
+        try:
+            self.run()
+        except Exception:  # noqa: BLE001 - logged; join() returns the stats so far
+            log.exception("worker stopped by an error")
+
+    def join(self, timeout: float | None = None) -> WorkerStats:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.stats
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the worker gracefully; a second one stops it
+        without waiting for running jobs. Call from the main thread."""
+        self._control.install_signal_handlers()
+
+
+def _check(queue: BaseQueue, name: str | None, registry: JobRegistry, locks: LockStore | None) -> None:
+    """Refuse a connection that reserves without renewing, and jobs needing a store the manager lacks."""
+    if queue.reservation is not None and not queue.capabilities.renews:
+        raise ConfigurationError(
+            f"connection {name!r} ({queue.describe()}) reserves jobs but cannot renew "
+            "reservations: a job running longer than its reservation would be handed to a second worker"
+        )
+    if locks is None:
+        needing = registry.needing_a_store()
+        if needing:
+            names = ", ".join(sorted(cls.NAME for cls in needing))
+            raise ConfigurationError(
+                f"jobs {names} keep state in a lock store (middleware, KEEP_RESULT), and the manager has none: "
+                + STORE_HINT
+            )
+
+
+def _executor(worker: Worker, queue: BaseQueue) -> Executor:
+    manager = worker.manager
+    executor = Executor(worker.registry, worker.container, locks=manager.locks, sender=worker, dispatcher=manager)
+    executor.in_rounds = True  # the owning loop counts jobs of batches a round at a time (settle.py)
+    executor.hands_over = queue if queue.capabilities.hands_over else None
+    return executor
+
+
+class Session:
+    """A worker's consumer session on its queue, opened on first use."""
+
+    def __init__(self, queue: BaseQueue, health: Health) -> None:
+        self._queue = queue
+        self._health = health
+        self._session: ConsumerSession | None = None
+
+    def __call__(self) -> ConsumerSession:
+        session = self._session
+        if session is None:
+            session = self._session = self._queue.open_session()
+        return session
+
+    def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.close()
+            except Exception as exc:  # noqa: BLE001 - what the session held comes back when its reservations lapse
+                self._health.failed("close_session", exc)
+
+
+class Claimable:
+    """A worker's queues less the paused ones (looked up at most every ``sleep`` seconds)."""
+
+    def __init__(self, locks: LockStore | None, connection: str | None, options: WorkerOptions, health: Health) -> None:
+        self._locks = locks
+        self._flag = f"paused:{connection}"
+        self._every = min(options.sleep, 5.0)
+        self._health = health
+        self._queues = list(options.queues)
+        #: The paused queues of this connection as last looked up, and when.
+        self.paused: set[str] | None = None
+        self._checked = 0.0
+
+    def queues(self, now: float) -> list[str]:
+        locks = self._locks
+        if locks is None:
+            return self._queues
+        if now >= self._checked + self._every or self.paused is None:
+            self._checked = now
+            try:
+                self.paused = locks.flags(self._flag)
+            except Exception as exc:  # noqa: BLE001 - reported; the last answer stands meanwhile
+                self._health.failed("paused", exc)
+                if self.paused is None:
+                    self.paused = set()
+        paused = self.paused
+        return [q for q in self._queues if q not in paused] if paused else self._queues
+
+
+class Loop:
+    """The owning loop of one worker: the one thread that talks to the backend."""
+
+    def __init__(
+        self,
+        options: WorkerOptions,
+        queue: BaseQueue,
+        connection_name: str | None,
+        *,
+        stats: WorkerStats,
+        scheduler: Scheduler | None,
+        fleet: FleetRecorder | None,
+        relay: Relay | None,
+        health: Health,
+        turns: Turns,
+        session: Session,
+        claims: Claims,
+        line: Line,
+        control: Control,
+        claimable: Claimable,
+        stopping: Stopping,
+        waker: Waker,
+        notice: threading.Event,
+    ) -> None:
+        self._options = options
+        self._queue = queue
+        self._connection_name = connection_name
+        self._stats = stats
+        self._scheduler = scheduler
+        self._fleet = fleet
+        self._relay = relay
+        self._health = health
+        self._turns = turns
+        self._session = session
+        self._claims = claims
+        self._line = line
+        self._control = control
+        self._claimable = claimable
+        self._stopping = stopping
+        self._waker = waker
+        self._notice = notice
+        capabilities = self._queue.capabilities
+        self._combined = capabilities.combined_claim
+        # Claiming ahead needs a driver that hands unstarted jobs back uncounted at stop.
+        self._may_claim_ahead = capabilities.give_back
+        reservation = self._queue.reservation
+        self._beat = options.heartbeat or (reservation / 3 if reservation else None)
+        self._next_beat = float("inf")
+        self._next_reclaim = 0.0
+        self._taken = 0
+        #: The longest the loop waits between turns: with a health file, it turns
+        #: about as often as it touches the file, busy or idle, whatever ``sleep``;
+        #: with a record in the fleet, as often as the record is refreshed.
+        self._longest_wait = TOUCH_EVERY if self._turns.file is not None else float("inf")
+        if self._fleet is not None:
+            self._longest_wait = min(self._longest_wait, RECORD_EVERY)
+        #: The owning loop's thread: discards it hears of while claiming are this worker's.
+        self._thread: int | None = None
+        self._eviction_checked = False
+
+    # -- the owning loop -----------------------------------------------------------
+    def run(self) -> None:
+        """Start up, turn until the run is over, shut down."""
         self._begin()
         try:
             if self._start_up():
                 # Recorded once its backend answers: a worker still waiting for it is not
                 # listed as working, and its record's failures do not hide why it waits.
-                if self.fleet is not None:  # its thread starts after attempts.prepare() forked
-                    self.fleet.start()
-                self._start_relay()
+                if self._fleet is not None:  # its thread starts after attempts.prepare() forked
+                    self._fleet.start()
+                start_relay(self._relay, self._options)
                 while self._turn():
                     pass
         finally:
             self._shut_down()
-        return self.stats
 
     def _begin(self) -> None:
         now = _clock.monotonic()
         self._next_beat = now + self._beat if self._beat else float("inf")
         self._next_reclaim = 0.0
         self._health.begin()
-        self._loop_thread = threading.get_ident()
-        signals.queue_message_discarded.connect(self._heard_discard, sender=self.driver, weak=False)
-        self._start_pool()
+        self._thread = threading.get_ident()
+        signals.queue_message_discarded.connect(self._heard_discard, sender=self._queue, weak=False)
+        control = self._control
+        self._line.start(lambda: control.requested.is_set() or control.signalled is not None)
 
     def _start_up(self) -> bool:
         """Wait until the backend answers; False when the worker was stopped first.
@@ -212,14 +344,10 @@ class Worker(Control, Stopping):
         health = self._health
         while True:
             self._waker.clear()
-            signalled, self._signalled = self._signalled, None
-            if signalled is not None:
-                self.stop(signalled[0])
-            if self._stop.is_set():
+            self._control.carry_out_signal()
+            if self._control.requested.is_set():
                 return False
-            now = self._last_turn = _clock.monotonic()
-            if self._health_file is not None:
-                self._health_file.turn(now)
+            self._turns.turn(_clock.monotonic())
             try:
                 self._reach()
             except Exception as exc:
@@ -231,34 +359,31 @@ class Worker(Control, Stopping):
             if health.failing_since is not None:
                 log.info(
                     "connection %r answered after %.1fs; the worker starts",
-                    self.connection_name, _clock.monotonic() - health.failing_since,
+                    self._connection_name, _clock.monotonic() - health.failing_since,
                 )  # fmt: skip
             health.clear()
-            self._next_reclaim = _clock.monotonic() + self.options.reclaim_interval
+            self._next_reclaim = _clock.monotonic() + self._options.reclaim_interval
             return True
 
     def _reach(self) -> None:
         """The start-up's try: sweep for lapsed reservations (the loop's first backend
         operation), then, where the driver can tell, warn of a backend that may evict jobs."""
-        self._consumer().reclaim_expired()
-        if self.driver.capabilities.eviction_check and not self._eviction_checked:
-            self.driver.check_eviction_policy()
+        self._session().reclaim_expired()
+        if self._queue.capabilities.eviction_check and not self._eviction_checked:
+            self._queue.check_eviction_policy()
             self._eviction_checked = True
 
     def _turn(self) -> bool:
         """One turn of the loop; False when the run is over."""
         self._waker.clear()
-        if self.options.once:
+        if self._options.once:
             self._health.check_give_up()
-        signalled, self._signalled = self._signalled, None
-        if signalled is not None:
-            self.stop(signalled[0])
-        now = self._last_turn = _clock.monotonic()
-        if self._health_file is not None:
-            self._health_file.turn(now)
+        self._control.carry_out_signal()
+        now = _clock.monotonic()
+        self._turns.turn(now)
         self._maintain(now)
-        if self._stop.is_set():
-            return self._stopping()
+        if self._control.requested.is_set():
+            return self._stopping.turn(self.backend_failed)
         return self._claim(now)
 
     def _maintain(self, now: float) -> None:
@@ -273,18 +398,18 @@ class Worker(Control, Stopping):
             if claims.held:
                 self._heartbeat()
         if now >= self._next_reclaim:
-            self._next_reclaim = now + self.options.reclaim_interval
-            self._health.call("reclaim_expired", self._consumer().reclaim_expired)
-        scheduler = self.scheduler
-        if scheduler is not None and not self._stop.is_set() and _clock.now() >= scheduler.next_due:
+            self._next_reclaim = now + self._options.reclaim_interval
+            self._health.call("reclaim_expired", self._session().reclaim_expired)
+        scheduler = self._scheduler
+        if scheduler is not None and not self._control.requested.is_set() and _clock.now() >= scheduler.next_due:
             self._health.call("schedule", scheduler.run_due)
         claims.collect(now)
 
     def _claim(self, now: float) -> bool:
         """Settle and claim for the room there is, or wait for room; False when a run is done."""
-        opts, claims, pool = self.options, self._claims, self._line()
+        opts, claims = self._options, self._claims
         capacity, refill = self._capacity()
-        waiting = pool.waiting()
+        waiting = self._line.waiting()
         limit = capacity - len(claims.running) + len(claims.unsettled)
         if opts.max_jobs is not None:
             limit = min(limit, opts.max_jobs - self._taken)
@@ -293,52 +418,36 @@ class Worker(Control, Stopping):
         if limit <= 0 or (limit < refill and waiting):
             self._settle_or_wait(now, waiting, refill)
             return True
-        queues = self._claimable(now)
+        queues = self._claimable.queues(now)
         if not queues:  # every queue is paused
             if opts.once and not claims.held and not claims.done:
                 return False
             self._settle_or_idle(now)
             return True
-        discarded = self.stats.discarded
+        discarded = self._stats.discarded
         jobs = claims.settle_and_claim(queues, limit, combined=self._combined)
         if jobs is None:
-            self._backend_failed()
+            self.backend_failed()
             return True
         self._health.ok()
         if jobs:
             self._hand_out(jobs)
             return True
-        if self.stats.discarded > discarded:
+        if self._stats.discarded > discarded:
             return True  # the claim met only unreadable jobs: jobs due behind them may be waiting
         if opts.once and not claims.running and not claims.done:
             return False
         self._idle(now)
         return True
 
-    def _claimable(self, now: float) -> list[str]:
-        """This worker's queues less the paused ones (looked up at most every ``sleep`` seconds)."""
-        locks = self.manager.locks
-        if locks is None:
-            return self._queues
-        if now >= self._paused_checked + min(self.options.sleep, 5.0) or self._paused is None:
-            self._paused_checked = now
-            try:
-                self._paused = locks.flags(f"paused:{self.connection_name}")
-            except Exception as exc:  # noqa: BLE001 - reported; the last answer stands meanwhile
-                self._health.failed("paused", exc)
-                if self._paused is None:
-                    self._paused = set()
-        paused = self._paused
-        return [q for q in self._queues if q not in paused] if paused else self._queues
-
     def _settle_or_idle(self, now: float) -> None:
         """Every queue is paused: settle what finished, then wait a ``sleep``."""
         if self._claims.unsettled and not self._claims.settle(now):
-            self._backend_failed()
+            self.backend_failed()
             return
         if not self._claims.held:
-            self.stats.idles += 1
-        self._waker.wait(min(self.options.sleep, self._longest_wait))
+            self._stats.idles += 1
+        self._waker.wait(min(self._options.sleep, self._longest_wait))
 
     def _settle_or_wait(self, now: float, waiting: int, refill: int) -> None:
         """Nothing worth a round trip yet: settle only what should not wait longer, or wait."""
@@ -346,7 +455,7 @@ class Worker(Control, Stopping):
         unsettled = claims.unsettled
         if unsettled and (not waiting or len(unsettled) >= refill or now - claims.unsettled_since >= ACK_DELAY):
             if not claims.settle(now):
-                self._backend_failed()
+                self.backend_failed()
             return
         # Pool threads wake this loop when the line runs dry or a batch's
         # worth has finished; in between it looks again every ACK_DELAY.
@@ -361,18 +470,18 @@ class Worker(Control, Stopping):
 
     def _idle(self, now: float) -> None:
         """The backend has nothing to claim: wait for it (or for the line to run down)."""
-        if self._line().waiting():
+        if self._line.waiting():
             self._waker.wait(ACK_DELAY)  # the line is still running down
             return
         claims = self._claims
         if not claims.running:
-            self.stats.idles += 1
-        sleep = min(self.options.sleep, self._longest_wait)
+            self._stats.idles += 1
+        sleep = min(self._options.sleep, self._longest_wait)
         wait = sleep if self._beat is None or not claims.held else min(sleep, max(0.0, self._next_beat - now))
-        if self.scheduler is not None:
-            wait = min(wait, max(0.0, self.scheduler.next_due - _clock.now()))  # wake for the next tick
+        if self._scheduler is not None:
+            wait = min(wait, max(0.0, self._scheduler.next_due - _clock.now()))  # wake for the next tick
         try:
-            self._consumer().wait_for_jobs(self.options.queues, wait, self._waker)
+            self._session().wait_for_jobs(self._options.queues, wait, self._waker)
         except Exception as exc:  # noqa: BLE001 - reported; then sleep as if nothing had come
             self._health.failed("wait_for_jobs", exc)
             self._waker.wait(wait)
@@ -380,56 +489,40 @@ class Worker(Control, Stopping):
     def _shut_down(self) -> None:
         """The run is over: hand back what never started, stop the pool, close the session."""
         signals.queue_message_discarded.disconnect(self._heard_discard)
-        self._stop_notice.set()
-        if self._pool is not None:
-            self._gather_unstarted()
-        if self._unstarted and not self._give_back():
+        self._notice.set()
+        stopping = self._stopping
+        if self._line.started:
+            stopping.gather_unstarted()
+        if stopping.unstarted and not stopping.give_back():
             log.warning(
                 "%d job(s) claimed ahead could not be handed back; they run again once their reservations lapse",
-                len(self._unstarted),
+                len(stopping.unstarted),
             )
-        self._stop_pool()
-        session, self._session = self._session, None
-        if session is not None:
-            try:
-                session.close()
-            except Exception as exc:  # noqa: BLE001 - what the session held comes back when its reservations lapse
-                self._health.failed("close_session", exc)
-        if self.fleet is not None:
-            self.fleet.leave()
-        self._stop_relay()
+        self._line.close()
+        self._session.close()
+        if self._fleet is not None:
+            self._fleet.leave()
+        finish_relay(self._relay, self._options)
 
     # -- the pieces of a turn ------------------------------------------------------------
-    def _consumer(self) -> ConsumerSession:
-        """This worker's consumer session, opened on first use."""
-        session = self._session
-        if session is None:
-            session = self._session = self.driver.open_session()
-        return session
-
-    def _line(self) -> Pool[QueuedJob]:
-        pool = self._pool
-        assert pool is not None, "the pool runs while the loop does"
-        return pool
-
     def _capacity(self) -> tuple[int, int]:
         """Jobs this worker may hold claimed now, and the free room worth a round trip.
 
         Threads, plus as many jobs ahead as the threads would start within
         PREFETCH_WINDOW at the recent pace; none ahead until a job has finished.
         """
-        threads = self.options.concurrency
-        most = self.options.most_ahead if self._may_claim_ahead else 0
+        threads = self._options.concurrency
+        most = self._options.most_ahead if self._may_claim_ahead else 0
         pace = self._claims.pace
         if not most or pace is None:
             ahead = 0
         else:
             ahead = min(most, int(threads * PREFETCH_WINDOW / max(pace, 1e-6)))
         capacity = threads + ahead
-        refill = self._refill_at = max(1, capacity // 4) if ahead else 1
+        refill = self._line.refill_at = max(1, capacity // 4) if ahead else 1
         return capacity, refill
 
-    def _backend_failed(self) -> None:
+    def backend_failed(self) -> None:
         """Pause after a failed backend operation (see :meth:`Health.backoff`)."""
         pause = self._health.backoff()
         if self._claims.held:
@@ -438,63 +531,15 @@ class Worker(Control, Stopping):
 
     def _heard_discard(self, sender: Any, **kwargs: Any) -> None:
         """Count the unreadable jobs the driver moved aside while this worker's loop claimed."""
-        if threading.get_ident() == self._loop_thread:
-            self.stats.discarded += 1
+        if threading.get_ident() == self._thread:
+            self._stats.discarded += 1
 
     def _hand_out(self, jobs: list[QueuedJob]) -> None:
         self._claims.claimed(jobs)
         self._taken += len(jobs)
-        rank = self._rank
-        self._line().submit(jobs, key=lambda job: (rank.get(job.queue, 0), job.priority))
-
-    def _running_since(self) -> list[tuple[QueuedJob, float]]:
-        """The attempts running now, and when each started (seconds since the epoch)."""
-        started = self._started
-        return list(started.values()) if started else []
+        self._line.submit(jobs)
 
     def _heartbeat(self) -> None:
         jobs = list(self._claims.running.values())
         if jobs:
-            self._health.call("extend", self._consumer().extend, jobs, self.driver.reservation)
-
-    # -- the pool ----------------------------------------------------------------------
-    def _start_pool(self) -> Pool[QueuedJob]:
-        # Fork the fork server now, from this thread, while no pool thread is running.
-        self.attempts.prepare()
-        pool = self._pool = Pool(self.options.concurrency, self._run_claimed)
-        if self._stop.is_set() or self._signalled is not None:
-            pool.pause()
-        return pool
-
-    def _stop_pool(self) -> None:
-        pool, self._pool = self._pool, None
-        self.attempts.close()
-        if pool is not None:
-            pool.close(timeout=1.0)
-
-    def _run_claimed(self, job: QueuedJob) -> None:
-        """A pool thread's work: run one attempt, report it, and wake the owning
-        loop when there is something for it to do."""
-        pool = self._pool
-        if pool is None or pool.paused:
-            # Taken in the instant stop() paused the pool: it goes back unstarted.
-            self._declined.append(job)
-            self._waker.set()
-            return
-        started = self._started
-        if started is not None:
-            began = _clock.now()
-            started[id(job)] = (job, began)
-        try:
-            completion = self.attempts.run(job, self._stop_notice)
-        except BaseException as exc:  # noqa: BLE001 - never lose a completion
-            completion = Completion(job, ABANDONED, exception=exc, interrupted=True)
-        if started is not None:
-            started.pop(id(job), None)
-            completion.wait_bucket = wait_bucket(job, began)
-        done = self._claims.done
-        done.append(completion)
-        # A batch's worth finished, or nothing left to start: the loop has work. (It
-        # also looks every ACK_DELAY while jobs wait in the line, so no wake-up is lost.)
-        if len(done) >= self._refill_at or not pool.waiting():
-            self._waker.set()
+            self._health.call("extend", self._session().extend, jobs, self._queue.reservation)

@@ -14,9 +14,15 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
 
-__all__ = ["Pool"]
+if TYPE_CHECKING:
+    from ..drivers.base import Waker
+    from ..types import QueuedJob
+    from .attempts import Attempts
+    from .settle import Claims
+
+__all__ = ["Pool", "Line"]
 
 T = TypeVar("T")
 
@@ -125,3 +131,101 @@ class Pool(Generic[T]):
             finally:
                 with self._lock:
                     self.busy -= 1
+
+
+class Line:
+    """One worker's pool for a run: claimed jobs wait in line (by queue rank, then
+    priority), pool threads run them and leave each completion with the claims,
+    waking the owning loop when there is something for it to do."""
+
+    def __init__(
+        self,
+        concurrency: int,
+        attempts: Attempts,
+        claims: Claims,
+        waker: Waker,
+        notice: threading.Event,
+        queues: Iterable[str],
+    ) -> None:
+        self._concurrency = concurrency
+        self._attempts = attempts
+        self._claims = claims
+        self._waker = waker
+        #: What running jobs see as context.stop_requested.
+        self._notice = notice
+        self._rank = {queue: index for index, queue in enumerate(queues)}
+        self._pool: Pool[QueuedJob] | None = None
+        #: Jobs a pool thread took just as the worker stopped, and left unstarted.
+        self._declined: collections.deque[QueuedJob] = collections.deque()
+        #: Finished attempts at which a pool thread wakes the owning loop to settle and claim.
+        self.refill_at = 1
+
+    def start(self, stopped: Callable[[], bool]) -> None:
+        """Start the threads (paused when ``stopped()`` once they are there)."""
+        # Fork the fork server now, from this thread, while no pool thread is running.
+        self._attempts.prepare()
+        pool = self._pool = Pool(self._concurrency, self._run)
+        if stopped():
+            pool.pause()
+
+    def close(self) -> None:
+        """Stop the threads and the attempts' children."""
+        pool, self._pool = self._pool, None
+        self._attempts.close()
+        if pool is not None:
+            pool.close(timeout=1.0)
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    @property
+    def busy(self) -> int:
+        """Threads running an attempt now."""
+        pool = self._pool
+        return pool.busy if pool is not None else 0
+
+    def pause(self) -> None:
+        """Start nothing more (safe from a signal handler: takes no lock)."""
+        pool = self._pool
+        if pool is not None:
+            pool.pause()
+
+    def waiting(self) -> int:
+        """Jobs in line, not yet taken by a thread."""
+        pool = self._pool
+        assert pool is not None, "the pool runs while the loop does"
+        return pool.waiting()
+
+    def submit(self, jobs: list[QueuedJob]) -> None:
+        pool = self._pool
+        assert pool is not None, "the pool runs while the loop does"
+        rank = self._rank
+        pool.submit(jobs, key=lambda job: (rank.get(job.queue, 0), job.priority))
+
+    def take_unstarted(self) -> list[QueuedJob]:
+        """Start nothing more; the jobs waiting in line, and those a thread declined."""
+        pool = self._pool
+        assert pool is not None, "the pool runs while the loop does"
+        taken = pool.hold()
+        declined = self._declined
+        while declined:
+            taken.append(declined.popleft())
+        return taken
+
+    def _run(self, job: QueuedJob) -> None:
+        """A pool thread's work: run one attempt, report it, and wake the owning
+        loop when there is something for it to do."""
+        pool = self._pool
+        if pool is None or pool.paused:
+            # Taken in the instant stop() paused the pool: it goes back unstarted.
+            self._declined.append(job)
+            self._waker.set()
+            return
+        completion = self._attempts.run(job, self._notice)
+        done = self._claims.done
+        done.append(completion)
+        # A batch's worth finished, or nothing left to start: the loop has work. (It
+        # also looks every ACK_DELAY while jobs wait in the line, so no wake-up is lost.)
+        if len(done) >= self.refill_at or not pool.waiting():
+            self._waker.set()

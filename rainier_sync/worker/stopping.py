@@ -5,20 +5,19 @@ too (their threads cannot be stopped; the process is on its way out)."""
 
 from __future__ import annotations
 
-import collections
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable
 
 from .. import _clock
 from ..execution import INTERRUPTED, Completion
 
 if TYPE_CHECKING:
-    from ..drivers.base import ConsumerSession
+    from ..drivers.base import ConsumerSession, Waker
     from ..types import QueuedJob
     from .attempts import Attempts
+    from .control import Control
     from .health import Health
-    from .options import WorkerOptions
-    from .pool import Pool
+    from .pool import Line
     from .settle import Claims
 
 __all__ = ["Stopping"]
@@ -27,77 +26,74 @@ log = logging.getLogger("rainier_sync")
 
 
 class Stopping:
-    """The turns of a :class:`~rainier_sync.Worker` once it is stopped."""
+    """The turns of a :class:`~rainier_sync.Worker` once it is stopped, and the
+    claimed jobs that never started, to hand back."""
 
-    options: WorkerOptions
-    attempts: Attempts
-    _claims: Claims
-    _health: Health
-    _waker: Any
-    _stopped_at: float | None
-    #: Claimed jobs that never started, to hand back.
-    _unstarted: list[QueuedJob]
-    #: Jobs a pool thread took just as the worker stopped, and left unstarted.
-    _declined: collections.deque[QueuedJob]
+    def __init__(
+        self,
+        control: Control,
+        attempts: Attempts,
+        claims: Claims,
+        line: Line,
+        session: Callable[[], ConsumerSession],
+        health: Health,
+        waker: Waker,
+    ) -> None:
+        self._control = control
+        self._attempts = attempts
+        self._claims = claims
+        self._line = line
+        self._session = session
+        self._health = health
+        self._waker = waker
+        #: Claimed jobs that never started, to hand back.
+        self.unstarted: list[QueuedJob] = []
 
-    def _consumer(self) -> ConsumerSession:
-        raise NotImplementedError
-
-    def _line(self) -> Pool[QueuedJob]:
-        raise NotImplementedError
-
-    def _backend_failed(self) -> None:
-        raise NotImplementedError
-
-    def _stopping(self) -> bool:
-        """A turn once stopped: hand back what never started, settle, wait out the grace."""
+    def turn(self, backend_failed: Callable[[], None]) -> bool:
+        """A turn once stopped: hand back what never started, settle, wait out the grace
+        (``backend_failed`` pauses after a failed backend operation); False when it is over."""
         claims = self._claims
-        self._gather_unstarted()
-        handed_back = self._give_back()
+        self.gather_unstarted()
+        handed_back = self.give_back()
         settled = claims.settle(_clock.monotonic())
         if handed_back and settled and not claims.held:
             return False
-        if self._grace_over():
-            if self.attempts.interrupt_children():
+        if self._control.grace_over():
+            if self._attempts.interrupt_children():
                 self._waker.wait(0.05)
                 return True
             self._abandon_running()
             return False
         if not (handed_back and settled):
-            self._backend_failed()
+            backend_failed()
             return True
         self._waker.wait(0.1)
         return True
 
-    def _grace_over(self) -> bool:
-        return self._stopped_at is not None and _clock.monotonic() - self._stopped_at >= self.options.grace
-
-    def _gather_unstarted(self) -> None:
+    def gather_unstarted(self) -> None:
         """Take the jobs waiting in the pool's line, and those a thread declined, to hand back."""
-        self._unstarted.extend(self._line().hold())
-        while self._declined:
-            self._unstarted.append(self._declined.popleft())
+        self.unstarted.extend(self._line.take_unstarted())
 
     def _hand_back(self, jobs: list[QueuedJob]) -> None:
         """Return jobs that never ran: uncounted where the driver can, else released (counted)."""
-        session = self._consumer()
+        session = self._session()
         if session.capabilities.give_back:
             session.give_back(jobs)
         else:
             for job in jobs:
                 session.release(job, 0)
 
-    def _give_back(self) -> bool:
+    def give_back(self) -> bool:
         """Hand back the claimed jobs that never started (at stop); False when the backend failed."""
-        if not self._unstarted:
+        if not self.unstarted:
             return True
-        jobs = self._unstarted
+        jobs = self.unstarted
         try:
             self._hand_back(jobs)
         except Exception as exc:  # noqa: BLE001 - retried; at worst their reservations lapse
             self._health.failed("give_back", exc)
             return False
-        self._unstarted = []
+        self.unstarted = []
         self._claims.let_go(jobs)
         return True
 
@@ -128,4 +124,4 @@ class Stopping:
                 left,
             )
         claims.running.clear()
-        self._unstarted = []
+        self.unstarted = []

@@ -296,7 +296,7 @@ class Supervisor:
         started = _clock.monotonic()
         try:
             job = executor.build(queued)
-            chain = executor.chain(queued, job)
+            chain = executor.middleware_chain(queued, job)
             if executor.skipped_batch(queued, context):
                 return executor.decided(queued, context.decision or ("skip", 0.0, ""), _clock.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - an unknown name or a bad payload fails the job, not the worker

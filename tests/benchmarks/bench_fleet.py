@@ -134,9 +134,9 @@ def drain(manager: QueueManager, jobs: int, threads: int, fleet: bool) -> tuple[
     if not fleet:
         # The worker as it would be without the registry and counters (private
         # attributes: only a benchmark takes them away).
-        worker.fleet = None
+        worker.fleet = worker._loop._fleet = None
         worker._claims._count = None
-        worker._started = None
+        worker.attempts.started = None
     started, cpu = time.perf_counter(), time.process_time()
     stats = worker.run()
     elapsed = time.perf_counter() - started

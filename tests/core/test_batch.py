@@ -173,7 +173,7 @@ def claims_of(manager: QueueManager, reported: list[str]) -> Any:
     from rainier_sync.worker.settle import Claims
 
     return worker, Claims(
-        worker._consumer, worker.executor, worker.stats, report=lambda what, exc: reported.append(what),
+        worker._session, worker.executor, worker.stats, report=lambda what, exc: reported.append(what),
         stop=worker.stop, stopping=lambda: False,
     )  # fmt: skip
 

@@ -354,7 +354,7 @@ def test_a_running_worker_stops_claiming_from_a_queue_paused_elsewhere_within_it
         manager.dispatch(Account(account_id=1))
         wait_until(lambda: worker.stats.processed == 1, 10, message="the first job")
         manager.pause("default")
-        wait_until(lambda: worker._paused == {"default"}, 10, message="the worker to see the pause")
+        wait_until(lambda: worker._claimable.paused == {"default"}, 10, message="the worker to see the pause")
         manager.dispatch(Account(account_id=2))
         threading.Event().wait(0.3)
         assert worker.stats.processed == 1 and memory.size("default") == 1, "a paused queue was claimed from"
