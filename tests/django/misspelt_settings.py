@@ -1,6 +1,6 @@
-import secrets
-
 """Settings with a misspelt rainier_sync setting: Django must refuse to start."""
+
+import secrets
 
 SECRET_KEY = secrets.token_hex(32)
 INSTALLED_APPS = ["rainier_sync.django"]
