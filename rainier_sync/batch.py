@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _clock
 from .chain import fresh_copy, hand_over
+from .drivers.extensions import CountsRetries
 from .errors import ConfigurationError
 from .jobs import Job
 from .types import QueuedJob, decode, encode
@@ -468,8 +469,8 @@ def retry(locks: LockStore, driver: Any, queued: QueuedJob, requeue: Callable[[C
     if record is None:  # the batch expired (or was never recorded): nothing to count
         return requeue(driver.retry_failed)
     key, retention = batch_key(batch_id), float(record.get("retention", RETENTION))
-    within = getattr(driver, "retry_failed_counting", None)
-    if within is not None and driver.counts_batches_of(locks):
+    if driver.capabilities.counts_retries and CountsRetries.of(driver).counts_batches_of(locks):
+        within = CountsRetries.of(driver).retry_failed_counting
         return requeue(lambda job_id: bool(within(job_id, key, retention)))
     _, took = locks.tally_unsettle(key, queued.id, "failed", retention)
     retried = False

@@ -14,7 +14,7 @@ from .batch import cancel as cancel_batch
 from .batch import listing as list_batches
 from .batch import read as read_batch
 from .chain import PendingChain
-from .drivers.base import QueueDriver
+from .drivers.extensions import LendsLocks
 from .errors import ConfigurationError
 from .execution import result_key
 from .jobs import Job, check_queue_name
@@ -193,7 +193,7 @@ def store_of(driver: BaseQueue) -> LockStore | None:
     connection it is uses when given no ``locks=``; None where the backend cannot
     hold one (SQS, sync).
 
-    A driver with a ``lock_store()`` method: what it returns. A memory queue's is
+    A driver that declares ``lends_locks``: what its ``lock_store()`` returns. A memory queue's is
     a :class:`~rainier_sync.locks.MemoryLockStore` (the same one for every
     manager over that queue); a database queue's a
     :class:`~rainier_sync.locks.DatabaseLockStore` on the queue's own connection
@@ -203,11 +203,7 @@ def store_of(driver: BaseQueue) -> LockStore | None:
     queue's prefix with its last ``queue:`` made ``lock:`` (``rainier:queue:``
     gives ``rainier:lock:``, the store's own default), or ``lock:`` added to a
     prefix that has none. A Kafka queue: the store it keeps its leases in."""
-    own = getattr(driver, "lock_store", None)
-    if callable(own):
-        store = own()
-        return store if isinstance(store, LockStore) else None
-    if driver.driver is QueueDriver.KAFKA:
-        leases = getattr(driver, "locks", None)
-        return leases if isinstance(leases, LockStore) else None
-    return None
+    if not driver.capabilities.lends_locks:
+        return None
+    store = LendsLocks.of(driver).lock_store()
+    return store if isinstance(store, LockStore) else None

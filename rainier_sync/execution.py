@@ -21,6 +21,7 @@ from .batch import BatchGuard
 from .batch import loader as batch_loader
 from .batch import settle as settle_in_batch
 from .chain import catch_job, hand_over, next_link
+from .drivers.extensions import HandsOver
 from .errors import JobCrashedError, JobDefinitionError, PayloadError, UnknownJobError
 from .jobs import Job, JobContext
 from .once import OnceGuard
@@ -389,7 +390,7 @@ class Executor:
         """Perform one completion on the driver, then announce it."""
         if completion.outcome is PROCESSED:
             if completion.follow:
-                driver.acknowledge_handing_over(completion.job, completion.follow)
+                HandsOver.of(driver).acknowledge_handing_over(completion.job, completion.follow)
             else:
                 driver.acknowledge(completion.job)
         elif completion.outcome is INTERRUPTED:
@@ -409,7 +410,7 @@ class Executor:
         else:
             assert completion.info is not None
             if completion.follow:
-                driver.fail_handing_over(completion.job, completion.info, completion.follow)
+                HandsOver.of(driver).fail_handing_over(completion.job, completion.info, completion.follow)
             else:
                 driver.fail(completion.job, completion.info)
         self.announce(completion)

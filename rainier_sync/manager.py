@@ -15,6 +15,7 @@ from .batch import Batch, PendingBatch, RecordedBatch
 from .chain import PendingChain, RecordedChain
 from .container import Container
 from .coordination import Coordination, store_of
+from .drivers.extensions import DispatchesWithin, StreamsPush
 from .errors import (
     ConfigurationError,
     NoQueueConfiguredError,
@@ -311,7 +312,7 @@ class QueueManager:
             and self._router is None
             and not any(type(job).unique_id is not Job.unique_id or type(job).KEEP_RESULT is not None for job in jobs)
         ):
-            return self._stream(name, jobs, driver.push_stream, queue, meta)
+            return self._stream(name, jobs, StreamsPush.of(driver).push_stream, queue, meta)
         return self._send(name, self._build_many(jobs, name, queue, meta))
 
     def dispatch_now(self, job: Job) -> str:
@@ -458,7 +459,7 @@ class QueueManager:
             self._mark_pending(to_push)
         try:
             if within is not None:
-                driver.push_within(within, to_push)
+                DispatchesWithin.of(driver).push_within(within, to_push)
             elif len(to_push) == 1:
                 driver.push(to_push[0])
             else:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from .drivers.extensions import DispatchesWithin
+
 if TYPE_CHECKING:
     from .drivers.base import BaseQueue
     from .state.base import Locks
@@ -60,7 +62,7 @@ def admit_within(
 ) -> list[QueuedJob]:
     """:func:`admit` for a dispatch within the caller's transaction (``within``;
     None: :func:`admit` itself) to a driver that writes there: where the driver can (the lock store is in that database,
-    :meth:`~rainier_sync.drivers.base.Producer.lock_within`), the unique locks are
+    :meth:`~rainier_sync.drivers.extensions.DispatchesWithin.lock_within`), the unique locks are
     taken in the caller's transaction and appended to ``held``; elsewhere in the
     lock store, as :func:`admit` does."""
     jobs = list(jobs)
@@ -68,7 +70,7 @@ def admit_within(
     if within is None or locks is None or not unique:
         return admit(locks, jobs, ids, locked)
     wanted = [(job.unique_key or "", job.unique_owner or "", job.unique_for or 3600.0) for job in unique]
-    took = driver.lock_within(within, wanted)
+    took = DispatchesWithin.of(driver).lock_within(within, wanted)
     if took is None:
         return admit(locks, jobs, ids, locked)
     taken = {id(job): ok for job, ok in zip(unique, took, strict=True)}
@@ -100,7 +102,7 @@ def release_within(driver: BaseQueue, within: Any, held: list[tuple[str, str]]) 
     if not held:
         return
     try:
-        driver.unlock_within(within, held)
+        DispatchesWithin.of(driver).unlock_within(within, held)
     except Exception:  # noqa: BLE001 - the push error is the one to raise; a rollback takes them too
         log.exception("could not give back unique locks %s after a failed push", ", ".join(key for key, _ in held))
 

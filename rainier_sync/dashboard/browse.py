@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..drivers.extensions import ListsJobs
 from ..types import JOB_STATES, JobState, ListedJob, QueueCounts
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def browse_view(
         if view.why_not is not None:
             return view
         offset = (page - 1) * PAGE_SIZE
-        listed = driver.list_jobs(queue, state, name=name or None, offset=offset, limit=PAGE_SIZE + 1)
+        listed = ListsJobs.of(driver).list_jobs(queue, state, name=name or None, offset=offset, limit=PAGE_SIZE + 1)
     except Exception as exc:  # noqa: BLE001 - an unreachable backend must not take the page down
         view.error = f"{type(exc).__name__}: {exc}"
         return view
@@ -170,7 +171,7 @@ def job_view(manager: QueueManager, connection: str, driver: BaseQueue, job_id: 
     """The stored job ``job_id`` (ready, delayed or reserved), and who runs it."""
     view = JobView(connection, driver.kind, job_id, why_not_listed(driver))
     try:
-        found = driver.find_job(job_id) if view.why_not is None else None
+        found = ListsJobs.of(driver).find_job(job_id) if view.why_not is None else None
         if found is None:
             view.failed = driver.failed_job(job_id) is not None
             return view

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from .. import _clock, signals
+from ..drivers.extensions import ListsJobs
 from ..errors import ConfigurationError
 from ..execution import result_key
 from ..functions import FunctionJob, job
@@ -440,7 +441,7 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc, unused-ignore]
         driver = self._driver(manager)
         if not driver.capabilities.listing:
             return None
-        listed = driver.find_job(task_id)
+        listed = ListsJobs.of(driver).find_job(task_id)
         if listed is None:
             return None
         queued = listed.job

@@ -22,6 +22,7 @@ from ..types import (
     encode,
 )
 from .base import BaseQueue, Binding, Capabilities, Promises, QueueDriver, Waker, as_job_list
+from .extensions import LendsLocks, ListsJobs
 from .paging import Page, check_page, folded, name_filter
 from .spec import DriverSpec, Setting, seconds
 
@@ -34,7 +35,11 @@ __all__ = ["MemoryQueue"]
 _T = TypeVar("_T")
 
 
-class MemoryQueue(BaseQueue):
+#: What the memory driver promises about the jobs it accepts.
+PROMISES = Promises(survives_a_restart=False)
+
+
+class MemoryQueue(BaseQueue, ListsJobs, LendsLocks):
     """Jobs in this process's memory. Honours delays, priority, backoff and
     reservations like every deferred driver, and loses everything when the
     process exits.
@@ -48,8 +53,8 @@ class MemoryQueue(BaseQueue):
     driver = QueueDriver.MEMORY
     #: The most ready or delayed jobs a name filter looks at, from the first (as on the database and Redis).
     listing_scan = 10_000
-    promises = Promises.of(QueueDriver.MEMORY)
-    capabilities = Capabilities(give_back=True, wakes=True, listing=True)
+    promises = PROMISES
+    capabilities = Capabilities(give_back=True, wakes=True, listing=True, lends_locks=True)
     #: The store of :meth:`lock_store`, made on first use.
     _lock_store: MemoryLockStore | None = None
 
@@ -443,6 +448,7 @@ def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> MemoryQueue:
 
 
 SPEC = DriverSpec(
+    promises=PROMISES,
     name="memory",
     rank=1,
     build=_build,

@@ -46,7 +46,7 @@ def folded(text: str) -> str:
 
 
 class Page(list[ListedJob]):
-    """A page of :meth:`~rainier_sync.drivers.base.Inspector.list_jobs` (the database and
+    """A page of :meth:`~rainier_sync.drivers.extensions.ListsJobs.list_jobs` (the database and
     Redis drivers return one): a list, which also says how far a name filter looked.
 
     A name filter looks at no more than ``bound`` jobs of the state, from the

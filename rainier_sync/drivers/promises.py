@@ -1,5 +1,6 @@
-"""What a driver promises about the jobs it accepts: the six shipped drivers
-(:class:`QueueDriver`), and the :class:`Promises` every driver declares."""
+"""What a driver promises about the jobs it accepts: the :class:`Promises` every
+driver declares (a shipped one in its spec), and the six shipped drivers
+(:class:`QueueDriver`), whose answers are those declarations."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ __all__ = ["QueueDriver", "Promises"]
 
 
 class QueueDriver(enum.Enum):
-    """The six drivers, and what each can promise."""
+    """The six drivers. What each promises is read from the driver's own
+    declaration (:attr:`promises`, its spec's), not kept here."""
 
     SYNC = "sync"
     MEMORY = "memory"
@@ -19,22 +21,31 @@ class QueueDriver(enum.Enum):
     SQS = "sqs"
     KAFKA = "kafka"
 
+    @property
+    def promises(self) -> Promises:
+        """What this driver promises, as its own declaration says (its spec's ``promises``)."""
+        from .spec import driver_spec
+
+        spec = driver_spec(self.value)
+        assert spec is not None, f"the {self.value} driver declares no spec"
+        return spec.promises
+
     def is_deferred(self) -> bool:
         """False only for ``sync``, which runs the job inside ``dispatch``."""
-        return self is not QueueDriver.SYNC
+        return self.promises.deferred
 
     def needs_a_worker(self) -> bool:
         """True when nothing runs unless a ``queue:work`` process is running."""
-        return self.is_deferred()
+        return self.promises.needs_a_worker
 
     def survives_a_restart(self) -> bool:
         """True when queued jobs outlive the process that queued them."""
-        return self not in (QueueDriver.SYNC, QueueDriver.MEMORY)
+        return self.promises.survives_a_restart
 
     def may_lose_an_accepted_job(self) -> bool:
         """True for ``redis`` only: a dispatch that returned can still vanish
         (snapshot persistence, asynchronous replication, eviction)."""
-        return self is QueueDriver.REDIS
+        return self.promises.may_lose_an_accepted_job
 
     @classmethod
     def parse(cls, value: str) -> QueueDriver:
@@ -65,9 +76,5 @@ class Promises:
 
     @classmethod
     def of(cls, driver: QueueDriver) -> Promises:
-        """What one of the six drivers promises, as :class:`QueueDriver` answers."""
-        return cls(
-            deferred=driver.is_deferred(),
-            survives_a_restart=driver.survives_a_restart(),
-            may_lose_an_accepted_job=driver.may_lose_an_accepted_job(),
-        )
+        """What one of the six drivers promises (:attr:`QueueDriver.promises`)."""
+        return driver.promises

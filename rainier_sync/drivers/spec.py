@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from .promises import Promises
+
 if TYPE_CHECKING:
     from ..container import Container
     from ..registry import JobRegistry
@@ -236,8 +238,9 @@ class DriverSpec:
     - ``build``: makes the driver from its settings and what ``prepare`` gave.
     - ``extra``: the ``pip install 'rainier_sync[extra]'`` its client comes with.
 
-    What the driver promises about the jobs it accepts is declared on its
-    class (:attr:`~rainier_sync.drivers.base.BaseQueue.promises`), not here.
+    - ``promises``: what the driver promises about the jobs it accepts; its
+      class's :attr:`~rainier_sync.drivers.base.BaseQueue.promises` is this one,
+      and :class:`~rainier_sync.drivers.promises.QueueDriver` answers from it.
     """
 
     name: str
@@ -252,6 +255,7 @@ class DriverSpec:
     extra: str | None = None
     #: Where it comes in lists of drivers (lower first).
     rank: int = 100
+    promises: Promises = field(default_factory=Promises)
 
     def required(self) -> list[str]:
         return [key for key, setting in self.settings.items() if setting.required is not None]

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["SyncQueue"]
 
 
+#: What the sync driver promises about the jobs it accepts.
+PROMISES = Promises(deferred=False, survives_a_restart=False)
+
+
 class SyncQueue(BaseQueue):
     """Runs the job during ``dispatch``: retries run at once, without sleeping
     through the backoff, and a final failure raises to the dispatcher.
@@ -30,7 +34,7 @@ class SyncQueue(BaseQueue):
     """
 
     driver = QueueDriver.SYNC
-    promises = Promises.of(QueueDriver.SYNC)
+    promises = PROMISES
     capabilities = Capabilities(priority=False, renews=False)
 
     def __init__(self, registry: JobRegistry | None = None, container: Container | None = None) -> None:
@@ -127,6 +131,7 @@ def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> SyncQueue:
 
 
 SPEC = DriverSpec(
+    promises=PROMISES,
     name="sync",
     rank=0,
     build=_build,

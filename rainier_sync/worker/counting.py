@@ -7,7 +7,8 @@ Two ways, chosen once per worker:
   again after a crash between its count and its acknowledgement is not counted
   again;
 - with the acknowledgements themselves, where the driver keeps the lock store's
-  tallies in its own backend (``counts_batches_of``): the database driver with
+  tallies in its own backend (it declares ``CountsBatches``, and ``counts_batches_of``
+  says so for the store): the database driver with
   its own lock store counts a job in the transaction that removes its row, so
   its count and its acknowledgement happen together or not at all; the Redis
   driver with a lock store on its server counts it in the script that
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..batch import RETENTION, batch_key, call_back, records_of, settle_many
+from ..drivers.extensions import CountsBatches
 from ..execution import FAILED, Completion, Executor
 from ..types import QueuedJob
 
@@ -41,7 +43,8 @@ class Counting:
         """Whether this worker's driver counts them with its acknowledgements (asked once)."""
         if self._with_acks is None:
             locks = self._executor.locks
-            self._with_acks = locks is not None and bool(session.counts_batches_of(locks))
+            declared = locks is not None and session.capabilities.counts_batches
+            self._with_acks = declared and bool(CountsBatches.of(session).counts_batches_of(locks))
         return self._with_acks
 
     def in_store(self, completions: Sequence[Completion]) -> bool:
@@ -106,7 +109,7 @@ class Counting:
             )
 
         try:
-            session.settle_counting(settled, after)
+            CountsBatches.of(session).settle_counting(settled, after)
         except Exception as exc:  # noqa: BLE001 - kept and settled again: nothing happened
             self._report("settle", exc)
             return None
@@ -132,7 +135,7 @@ class Counting:
             for completion in due:
                 completion.batch = None
             return taken, acks, []
-        taken, held = session.acknowledge_counting(jobs, items, queues, limit)
+        taken, held = CountsBatches.of(session).acknowledge_counting(jobs, items, queues, limit)
         by_job = {id(c.job): c for c in acks}
         left = [by_job[id(job)] for job in held]
         kept = {id(c) for c in left}

@@ -13,7 +13,8 @@ import pytest
 
 from rainier_sync import Job, JobContext, JobRegistry, QueuedJob, QueueManager, Worker, WorkerOptions
 from rainier_sync import job as job_function
-from rainier_sync.drivers.base import BaseQueue
+from rainier_sync.drivers.base import BaseQueue, Capabilities
+from rainier_sync.drivers.extensions import EXTENSIONS, Extension, ListsJobs
 from rainier_sync.errors import CapabilityError
 from rainier_sync.locks import MemoryLockStore
 
@@ -528,6 +529,49 @@ def test_the_eviction_check_answers_or_is_refused(q: BaseQueue) -> None:
         return
     policy = q.check_eviction_policy()
     assert policy is None or isinstance(policy, str)
+
+
+@pytest.mark.parametrize("kind", EXTENSIONS, ids=lambda kind: kind.__name__)
+def test_each_extension_is_implemented_where_declared_and_refused_by_name_where_not(
+    q: BaseQueue, kind: type[Extension]
+) -> None:
+    session = q.open_session()
+    try:
+        if kind.declared(q.capabilities):
+            assert isinstance(q, kind), f"{q.kind} declares {kind.flag!r} and must implement {kind.__name__}"
+            assert kind.of(q) is q and kind.of(session) is session
+            for method in kind.refusals:
+                assert callable(getattr(session, method)), f"the session forwards {method}"
+            return
+        for target in (q, session):
+            with pytest.raises(CapabilityError, match=repr(kind.flag)):
+                kind.of(target)
+            if not isinstance(target, kind):
+                for method in kind.refusals:
+                    with pytest.raises(CapabilityError, match=f"cannot .*{kind.flag!r}"):
+                        getattr(target, method)()
+    finally:
+        session.close()
+
+
+def test_a_shipped_driver_promises_what_its_queue_driver_says(q: BaseQueue) -> None:
+    assert q.driver is not None
+    assert q.promises == q.driver.promises
+    assert q.driver.is_deferred() == q.promises.deferred
+    assert q.driver.survives_a_restart() == q.promises.survives_a_restart
+    assert q.driver.may_lose_an_accepted_job() == q.promises.may_lose_an_accepted_job
+
+
+def test_a_driver_declaring_an_extension_it_does_not_implement_is_refused_at_its_class() -> None:
+    with pytest.raises(TypeError, match="declares 'listing' but is no ListsJobs"):
+
+        class Claims(BaseQueue):  # noqa: F841 - its definition is what is refused
+            capabilities = Capabilities(listing=True)
+
+    class Lists(BaseQueue, ListsJobs):
+        capabilities = Capabilities(listing=True)
+
+    assert issubclass(Lists, ListsJobs)
 
 
 def test_a_driver_that_reserves_renews_reservations(q: BaseQueue) -> None:

@@ -10,9 +10,11 @@ from typing import Any, Sequence
 
 from ..._checks import check_number
 from ...types import ExceptionInfo, QueuedJob, encode
-from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
+from ..base import BaseQueue, Capabilities, QueueDriver, Waker
+from ..extensions import CountsRetries, DispatchesWithin, HandsOver, LendsLocks, ListsJobs, StreamsPush
 from .backend import _Backend
 from .dialects import dialect_for, job_row
+from .spec import PROMISES
 from .url import POSTGRESQL, SQLITE, DatabaseUrl
 
 log = logging.getLogger("rainier_sync")
@@ -20,13 +22,21 @@ log = logging.getLogger("rainier_sync")
 _CLAIM_PATHS = ("skip_locked", "optimistic")
 
 
-class DatabaseCore(BaseQueue):
+class DatabaseCore(BaseQueue, DispatchesWithin, StreamsPush, HandsOver, CountsRetries, ListsJobs, LendsLocks):
     """The state the producer side, the claims, the failed store and the waits share."""
 
     driver = QueueDriver.DATABASE
-    promises = Promises.of(QueueDriver.DATABASE)
+    promises = PROMISES
     capabilities = Capabilities(
-        give_back=True, wakes=True, transactional_dispatch=True, migrations=True, listing=True, hands_over=True
+        give_back=True,
+        wakes=True,
+        transactional_dispatch=True,
+        migrations=True,
+        listing=True,
+        hands_over=True,
+        counts_batches=True,
+        counts_retries=True,
+        lends_locks=True,
     )
 
     def __init__(
@@ -69,6 +79,9 @@ class DatabaseCore(BaseQueue):
             streaming_push=self.dialect == POSTGRESQL,
             listing=True,
             hands_over=True,
+            counts_batches=True,
+            counts_retries=True,
+            lends_locks=True,
         )
         if poll_interval is None:
             poll_interval = self._sql.poll_interval

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ... import _clock
 from ...errors import PayloadError
 from ...types import QueueCounts, QueuedJob
+from ..extensions import StreamsPush
 from ._schema import FAILED, JOBS, MIGRATION_LIST, Migration, migrate
 from .browse import Browsing
 from .caller import caller_connection
@@ -132,7 +133,7 @@ class DatabaseQueue(Browsing, Claims, FailedTable, Waiting):
         next is built. SQLite and MariaDB have no such path and refuse (see
         ``Capabilities.streaming_push``)."""
         if self.dialect != POSTGRESQL:
-            super().push_stream(slices)
+            StreamsPush.refuse(self, "push_stream")
         first = next(slices, None)
         if first is None:
             return

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError
+from ..promises import Promises
 from ..spec import QUEUE_DECOY, BootContext, DriverSpec, Setting, duration, flag, seconds
 
-__all__ = ["SPEC"]
+__all__ = ["SPEC", "PROMISES"]
 
 _FROM_DATABASE_URL = "QueueResources(database=url), or DATABASE_URL in the environment"
 
@@ -35,7 +36,11 @@ def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> Any:
     return DatabaseQueue.from_url(prepared["url"], **settings)
 
 
+#: What the database driver promises about the jobs it accepts.
+PROMISES = Promises()
+
 SPEC = DriverSpec(
+    promises=PROMISES,
     name="database",
     rank=2,
     build=_build,

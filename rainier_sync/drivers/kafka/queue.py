@@ -38,13 +38,15 @@ out-of-group reads). :class:`KafkaQueue` composes them.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ... import _clock
 from ...errors import ConfigurationError, KafkaQueueError, KafkaUnavailableError
 from ...state.base import LockStore
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
-from ..base import BaseQueue, Promises, QueueDriver, Waker
+from ..base import BaseQueue, QueueDriver, Waker
+from ..extensions import LendsLocks
 from ..pushed import tell_pushed
 from .client import (
     _DELAYED,
@@ -56,10 +58,12 @@ from .client import (
 )
 from .failed import KafkaFailedStore, TopicReader
 from .session import KafkaSession
+from .spec import PROMISES
 
 __all__ = ["KafkaQueue", "KafkaQueueError", "KafkaUnavailableError"]
 
-class KafkaQueue(BaseQueue):
+
+class KafkaQueue(BaseQueue, LendsLocks):
     """Jobs on Kafka topics, at least once, with leases in a shared lock store.
 
     ``brokers`` is the bootstrap list; ``group`` the consumer group every
@@ -80,8 +84,8 @@ class KafkaQueue(BaseQueue):
     """
 
     driver = QueueDriver.KAFKA
-    promises = Promises.of(QueueDriver.KAFKA)
-    capabilities = KafkaSession.capabilities
+    promises = PROMISES
+    capabilities = replace(KafkaSession.capabilities, lends_locks=True)
 
     def __init__(
         self,
@@ -137,17 +141,34 @@ class KafkaQueue(BaseQueue):
         #: Seconds an operation waits for the brokers before it raises KafkaUnavailableError.
         self.timeout = float(timeout)
         self._client = KafkaClient(
-            self.brokers, group=group, topic_prefix=topic_prefix, lease=self.lease, partitions=partitions,
-            timeout=self.timeout, topic_config=topic_config, producer_config=producer_config,
+            self.brokers,
+            group=group,
+            topic_prefix=topic_prefix,
+            lease=self.lease,
+            partitions=partitions,
+            timeout=self.timeout,
+            topic_config=topic_config,
+            producer_config=producer_config,
             consumer_config=consumer_config,
         )
         self._session = KafkaSession(
-            self._client, locks, group=group, topic_prefix=topic_prefix, lease=self.lease,
-            park_horizon=self.park_horizon, buffer=buffer, commit_interval=float(commit_interval),
-            timeout=self.timeout, announce=self.announce_discarded,
+            self._client,
+            locks,
+            group=group,
+            topic_prefix=topic_prefix,
+            lease=self.lease,
+            park_horizon=self.park_horizon,
+            buffer=buffer,
+            commit_interval=float(commit_interval),
+            timeout=self.timeout,
+            announce=self.announce_discarded,
         )
         self._reader = TopicReader(self._client)
         self._failed = KafkaFailedStore(self._client, self._reader, self._produce)
+
+    def lock_store(self) -> LockStore:
+        """The store this driver keeps its leases in."""
+        return self.locks
 
     def describe(self) -> str:
         return f"kafka {self.brokers} group={self.group} prefix={self.topic_prefix}"

@@ -6,9 +6,10 @@ import re
 from typing import Any
 
 from ...errors import ConfigurationError
+from ..promises import Promises
 from ..spec import OUTBOX, Bad, BootContext, DriverSpec, Kind, Setting, duration, seconds, text
 
-__all__ = ["SPEC"]
+__all__ = ["SPEC", "PROMISES"]
 
 
 def _check_brokers(value: Any) -> list[str]:
@@ -46,7 +47,11 @@ def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> Any:
     return KafkaQueue(**settings, locks=prepared["locks"])
 
 
+#: What the kafka driver promises about the jobs it accepts.
+PROMISES = Promises()
+
 SPEC = DriverSpec(
+    promises=PROMISES,
     name="kafka",
     rank=5,
     build=_build,

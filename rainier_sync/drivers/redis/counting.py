@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...types import ExceptionInfo, QueuedJob
-from ..base import _cannot_count
+from ..extensions import CountsBatches
 from .core import _Call
 from .reading import _IdleReading, _LoopState
 from .store import RedisLockStore, _ttl_ms
@@ -35,7 +35,7 @@ __all__ = ["CountItem"]
 
 
 class _Counting(_IdleReading):
-    """The counting half of the consumer port (``counts_batches_of`` and its two calls)."""
+    """The Redis driver's ``CountsBatches`` (``counts_batches_of`` and its two calls)."""
 
     #: The lock store this driver said it counts for (``counts_batches_of``), None before.
     _tallies: RedisLockStore | None = None
@@ -57,7 +57,7 @@ class _Counting(_IdleReading):
 
     def _counted_in(self) -> RedisLockStore:
         if self._tallies is None:
-            raise _cannot_count(self)
+            CountsBatches.refuse(self, "settle_counting")
         return self._tallies
 
     def acknowledge_counting(

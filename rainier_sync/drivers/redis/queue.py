@@ -46,13 +46,15 @@ from ...types import (
     QueuedJob,
     as_exception_info,
 )
-from ..base import Capabilities, Promises, QueueDriver, as_job_list
+from ..base import Capabilities, QueueDriver, as_job_list
+from ..extensions import CountsBatches, LendsLocks, ListsJobs
 from .browse import _Browsing
 from .connection import _connection_settings
 from .core import _Call, _consumer_name
 from .counting import _Counting
 from .failed import _FailedStore
 from .session import RedisSession
+from .spec import PROMISES
 from .store import RedisLockStore, lock_prefix
 from .targets import _target
 from .topology import _Topology
@@ -68,7 +70,7 @@ __all__ = ["RedisQueue", "RedisUnavailableError"]
 log = logging.getLogger("rainier_sync")
 
 
-class RedisQueue(_Counting, _FailedStore, _Browsing):
+class RedisQueue(_Counting, _FailedStore, _Browsing, CountsBatches, ListsJobs, LendsLocks):
     """Jobs in Redis streams, read through one consumer group.
 
     Fast, and it can lose an accepted job (snapshot persistence, asynchronous
@@ -79,8 +81,10 @@ class RedisQueue(_Counting, _FailedStore, _Browsing):
     """
 
     driver = QueueDriver.REDIS
-    promises = Promises.of(QueueDriver.REDIS)
-    capabilities = Capabilities(give_back=True, wakes=True, eviction_check=True, listing=True)
+    promises = PROMISES
+    capabilities = Capabilities(
+        give_back=True, wakes=True, eviction_check=True, listing=True, counts_batches=True, lends_locks=True
+    )
     #: One script call stores a queue's chunk whole; a pipeline of several may stop part way.
     atomic_batch = _CHUNK
 
@@ -343,9 +347,7 @@ class RedisQueue(_Counting, _FailedStore, _Browsing):
         try:
             self._sync()
         except Exception as exc:  # noqa: BLE001 - closing: their reservations lapse and they run again
-            log.warning(
-                "redis queue closing: %d acknowledgement(s) unconfirmed: %s", self._unconfirmed(), exc
-            )
+            log.warning("redis queue closing: %d acknowledgement(s) unconfirmed: %s", self._unconfirmed(), exc)
         with self._loop_lock:
             lines, self._lines = list(self._lines.values()), {}
         with self._push_lock:

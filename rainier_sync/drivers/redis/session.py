@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ...types import ExceptionInfo, FailedJob, QueuedJob
 from ..base import ConsumerSession, Waker
@@ -15,6 +14,8 @@ class RedisSession(ConsumerSession):
     """The consumer operations as one owning loop holds them: the wake-ups it has
     seen and its blocking read are its own. Closing it ends that read and hands
     back, uncounted, what the read took; the driver stays open."""
+
+    driver: _Counting
 
     def __init__(self, driver: _Counting) -> None:
         self.driver = driver
@@ -48,16 +49,10 @@ class RedisSession(ConsumerSession):
     def fail(self, job: QueuedJob, error: BaseException | str | ExceptionInfo) -> FailedJob:
         return self.driver.fail(job, error)
 
-    def counts_batches_of(self, store: Any) -> bool:
-        return self.driver.counts_batches_of(store)
-
     def acknowledge_counting(
         self, done: Sequence[QueuedJob], counts: Sequence[CountItem], queues: Sequence[str], limit: int
     ) -> tuple[list[QueuedJob], list[QueuedJob]]:
         return self.driver._acknowledge_counting(self._state, done, counts, queues, limit)
-
-    def settle_counting(self, settled: Sequence[tuple[Any, ExceptionInfo | None]], after: Any) -> None:
-        self.driver.settle_counting(settled, after)
 
     def extend(self, jobs: QueuedJob | Sequence[QueuedJob], seconds: float | None = None) -> None:
         self.driver.extend(jobs, seconds)

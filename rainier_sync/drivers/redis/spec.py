@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError
+from ..promises import Promises
 from ..spec import (
     OUTBOX,
     QUEUE_DECOY,
@@ -21,7 +22,7 @@ from ..spec import (
     url,
 )
 
-__all__ = ["SPEC"]
+__all__ = ["SPEC", "PROMISES"]
 
 _POOLS = (
     "no driver here pools connections, and the Redis one multiplexes a single connection",
@@ -94,7 +95,11 @@ def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> Any:
     return RedisQueue.from_url(settings.pop("url", None), **settings)
 
 
+#: What the redis driver promises about the jobs it accepts.
+PROMISES = Promises(may_lose_an_accepted_job=True)
+
 SPEC = DriverSpec(
+    promises=PROMISES,
     name="redis",
     rank=3,
     build=_build,

@@ -24,12 +24,13 @@ from ...errors import (
     UnknownQueueError,
 )
 from ...types import ExceptionInfo, FailedJob, QueueCounts, QueuedJob
-from ..base import BaseQueue, Capabilities, Promises, QueueDriver, Waker
+from ..base import BaseQueue, Capabilities, QueueDriver, Waker
 from ..pushed import tell_pushed
 from . import wire
 from .client import SqsLink, boto3, build_clients, check_url, is_fifo, reaching, region_of
 from .consumer import SqsConsumer
 from .failed import SqsFailedQueue
+from .spec import PROMISES
 
 __all__ = ["SqsQueue", "UnknownQueueError", "SqsBatchError", "SqsUnavailableError"]
 
@@ -69,7 +70,7 @@ class SqsQueue(BaseQueue):
     """
 
     driver = QueueDriver.SQS
-    promises = Promises.of(QueueDriver.SQS)
+    promises = PROMISES
     capabilities = Capabilities(priority=False, give_back=True, wakes=True)
 
     def __init__(

@@ -6,9 +6,10 @@ import json
 from typing import Any, Mapping
 
 from ...errors import ConfigurationError
+from ..promises import Promises
 from ..spec import OUTBOX, QUEUE_DECOY, Bad, Declared, DriverSpec, Kind, Setting, seconds, text, url
 
-__all__ = ["SPEC"]
+__all__ = ["SPEC", "PROMISES"]
 
 _HTTP = url(("http", "https"), "https://sqs.us-east-1.amazonaws.com/123456789012/jobs")
 _WHOLE_URL = ("it composes a queue URL out of parts", "SQS_QUEUE_URL (the whole URL)")
@@ -72,7 +73,11 @@ def _build(settings: dict[str, Any], prepared: dict[str, Any]) -> Any:
     return SqsQueue(**settings)
 
 
+#: What the sqs driver promises about the jobs it accepts.
+PROMISES = Promises()
+
 SPEC = DriverSpec(
+    promises=PROMISES,
     name="sqs",
     rank=4,
     build=_build,
