@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping, No
 
 from ..errors import CapabilityError
 from ..types import ExceptionInfo, FailedJob, JobState, ListedJob, QueuedJob
+from .paging import Page
 
 if TYPE_CHECKING:
     from ..state.base import LockStore
-    from .paging import Page
     from .port import Capabilities
 
 __all__ = [
