@@ -295,9 +295,7 @@ def served(dashboard_site: dict[str, Any]) -> Iterator[str]:
 
 
 @pytest.mark.browser
-def test_staff_retries_a_failed_job_in_a_browser(
-    dashboard_site: dict[str, Any], served: str, browser: Any
-) -> None:
+def test_staff_retries_a_failed_job_in_a_browser(dashboard_site: dict[str, Any], served: str, browser: Any) -> None:
     from django.conf import settings
     from django.test import Client
     from selenium.webdriver.common.by import By
