@@ -40,7 +40,13 @@ def django_site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         DEBUG=False,
         SECRET_KEY=secrets.token_hex(32),
         USE_TZ=True,
-        INSTALLED_APPS=["django.contrib.contenttypes", "rainier_sync.django", "tests.django.site"],
+        INSTALLED_APPS=[
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "django.contrib.sessions",
+            "rainier_sync.django",
+            "tests.django.site",
+        ],
         DATABASES={
             "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp / "site.sqlite3")},
             "pg": pg,
