@@ -330,7 +330,7 @@ class RedisLockStore(StateStore):
             # Short blocks, each well inside the connection's response timeout, which may be
             # shorter than the wait: a block longer than it would read as a frozen server.
             reply = self._topology.response_timeout
-            block = min(left, 1.0, reply / 2 if reply else 1.0)
+            block = min(left, 1.0, reply / 4 if reply else 1.0)
             popped = self._call(f"wait for {key!r}", lambda: self._client.blpop([ready], timeout=block))  # noqa: B023
             if popped:
                 self._call(f"wait for {key!r}", lambda: self._client.rpush(ready, "1"))  # for other waiters

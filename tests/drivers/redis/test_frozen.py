@@ -258,12 +258,12 @@ def test_a_lock_store_wait_longer_than_its_blocks_is_not_an_outage(redis_url: st
 
 
 def test_a_lock_store_with_a_short_response_timeout_waits_in_blocks_inside_it(redis_url: str, prefix: str) -> None:
-    """A declared 250 ms response timeout: the wait blocks in shorter pieces, so it
+    """A declared 600 ms response timeout: the wait blocks in pieces of a quarter of it, so it
     is never taken for a frozen server."""
-    store = RedisLockStore.from_url(redis_url, prefix=prefix, response_timeout_ms=250)
+    store = RedisLockStore.from_url(redis_url, prefix=prefix, response_timeout_ms=600)
     try:
         key = uuid.uuid4().hex
-        putter = threading.Timer(0.8, lambda: store.put_value(key, "done", 60))
+        putter = threading.Timer(1.5, lambda: store.put_value(key, "done", 60))
         putter.start()
         try:
             assert store.wait_value(key, HANG, lambda value: value is not None) == "done"
