@@ -1,0 +1,135 @@
+"""``QUEUE_LOCKS_URL`` (the environment, Flask's ``app.config``, Django's settings)
+and a section's ``locks`` name the manager's lock store by URL: Redis or a
+database, built by the boot, for an app whose default connection's backend
+holds none (SQS) or that keeps it elsewhere."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rainier_sync import ConfigurationError, Connections, JobRegistry, QueueManager, QueueResources
+from rainier_sync.drivers import MemoryQueue
+from rainier_sync.locks import MemoryLockStore
+
+
+def _seen_by_another_process(store: Any, connection: str, queue: str) -> bool:
+    """Whether a manager over ``store`` built elsewhere sees ``queue`` of ``connection`` paused."""
+    other = QueueManager(connections={connection: MemoryQueue()}, locks=store)
+    try:
+        return queue in other.paused()
+    finally:
+        other.close()
+
+
+def test_flask_app_config_gives_an_sqs_app_its_redis_store(sqs_endpoint: str, redis_url: str,
+                                                           registry: JobRegistry) -> None:  # fmt: skip
+    pytest.importorskip("flask")
+    from rainier_sync.flask import RainierSync
+    from rainier_sync.locks import RedisLockStore
+    from tests.services.moto import REGION, sqs_client_for, unique_queue_name
+
+    client = sqs_client_for(sqs_endpoint)
+    url, failed = (client.create_queue(QueueName=unique_queue_name(n))["QueueUrl"] for n in ("default", "failed"))
+    config = {
+        "QUEUE_DRIVER": "sqs", "SQS_QUEUE_URL": url, "SQS_FAILED_QUEUE_URL": failed, "SQS_ENDPOINT": sqs_endpoint,
+        "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "QUEUE_LOCKS_URL": redis_url,
+    }  # fmt: skip
+    manager = RainierSync.boot(config, registry=registry)
+    queue = f"q-{uuid.uuid4().hex[:12]}"
+    try:
+        assert isinstance(manager.locks, RedisLockStore)
+        manager.pause(queue)
+        elsewhere = RedisLockStore.from_url(redis_url)
+        assert _seen_by_another_process(elsewhere, "sqs", queue), "kept in Redis, where every process reads it"
+        manager.resume(queue)
+    finally:
+        manager.close()
+
+
+def test_the_environment_names_a_database_store(tmp_path: Path, registry: JobRegistry) -> None:
+    from rainier_sync.locks import DatabaseLockStore
+
+    url = f"sqlite:///{tmp_path / 'locks.db'}"
+    DatabaseLockStore.from_url(url).migrate()
+    env = {"QUEUE_DRIVER": "memory", "QUEUE_LOCKS_URL": url}
+    manager = QueueManager.from_env(registry=registry, environ=env)
+    try:
+        assert isinstance(manager.locks, DatabaseLockStore)
+        manager.pause("mail")
+        assert _seen_by_another_process(DatabaseLockStore.from_url(url), "memory", "mail")
+    finally:
+        manager.close()
+
+
+def test_a_section_names_a_postgresql_store(request: pytest.FixtureRequest, registry: JobRegistry) -> None:
+    from rainier_sync.locks import DatabaseLockStore
+    from tests.drivers.database.support import postgres_schema_url
+
+    url = postgres_schema_url(request)
+    queue = f"q-{uuid.uuid4().hex[:12]}"
+    section = {"connections": {"jobs": {"driver": "memory"}}, "locks": url}
+    manager = QueueManager.from_config(section, registry=registry, environ={})
+    try:
+        assert isinstance(manager.locks, DatabaseLockStore)
+        manager.pause(queue)
+        assert _seen_by_another_process(DatabaseLockStore.from_url(url), "jobs", queue)
+        manager.resume(queue)
+    finally:
+        manager.close()
+    assert Connections.from_dict(section).to_dict()["locks"] == url
+
+
+def test_a_toml_section_names_a_redis_store(tmp_path: Path, redis_url: str, registry: JobRegistry) -> None:
+    pytest.importorskip("redis")
+    from rainier_sync.locks import RedisLockStore
+
+    path = tmp_path / "queues.toml"
+    path.write_text(f'[queues]\nlocks = "{redis_url}"\n\n[queues.connections.jobs]\ndriver = "memory"\n')
+    manager = QueueManager.from_config(path, registry=registry, environ={})
+    try:
+        assert isinstance(manager.locks, RedisLockStore)
+        queue = f"q-{uuid.uuid4().hex[:12]}"
+        manager.pause(queue)
+        assert manager.paused() == {queue}
+        manager.resume(queue)
+    finally:
+        manager.close()
+
+
+@pytest.mark.parametrize("url", ["memcached://127.0.0.1:11211", "127.0.0.1:6379", "sqlite://"])
+def test_a_bad_url_fails_the_boot_naming_the_variable(url: str, registry: JobRegistry) -> None:
+    with pytest.raises(ConfigurationError, match=r"QUEUE_LOCKS_URL"):
+        QueueManager.from_env(registry=registry, environ={"QUEUE_DRIVER": "memory", "QUEUE_LOCKS_URL": url})
+
+
+def test_a_bad_url_in_flask_config_fails_init_app_naming_the_key(registry: JobRegistry) -> None:
+    pytest.importorskip("flask")
+    from flask import Flask
+
+    from rainier_sync.flask import RainierSync
+
+    app = Flask("bad_locks")
+    app.config.update(QUEUE_DRIVER="memory", QUEUE_LOCKS_URL="memcached://127.0.0.1")
+    with pytest.raises(ConfigurationError, match=r"QUEUE_LOCKS_URL='memcached://127.0.0.1' is not a lock store URL"):
+        RainierSync(app, registry=registry, dashboard_url=None)
+
+
+def test_a_bad_section_locks_names_the_file_and_line(tmp_path: Path, registry: JobRegistry) -> None:
+    path = tmp_path / "queues.toml"
+    path.write_text('[queues]\nlocks = 5\n\n[queues.connections.jobs]\ndriver = "memory"\n')
+    with pytest.raises(ConfigurationError, match=r"queues.toml, line 2: locks must be the lock store's URL"):
+        QueueManager.from_config(path, registry=registry, environ={})
+
+
+def test_a_store_given_twice_is_refused(registry: JobRegistry) -> None:
+    env = {"QUEUE_DRIVER": "memory", "QUEUE_LOCKS_URL": "redis://127.0.0.1:6379/0"}
+    with pytest.raises(ConfigurationError, match=r"given twice \(QUEUE_LOCKS_URL and QueueResources.locks\)"):
+        QueueManager.from_env(environ=env, resources=QueueResources(registry=registry, locks=MemoryLockStore()))
+    section = {"connections": {"jobs": {"driver": "memory"}}, "locks": "redis://127.0.0.1:6379/0"}
+    with pytest.raises(ConfigurationError, match=r"given twice \(locks and QUEUE_LOCKS_URL\)"):
+        QueueManager.from_config(section, registry=registry, environ=env | {"QUEUE_DRIVER": ""})
