@@ -5,7 +5,7 @@
 - makes :func:`rainier_sync.instance` answer the current app's manager inside
   an app context;
 - runs every job inside a fresh ``app.app_context()`` (:class:`FlaskWorker`);
-- adds ``flask queue work|failed|retry|forget|reclaim|status|migrate``;
+- adds ``flask queue work|failed|retry|forget|reclaim|status|migrate|check|schedule-run|...``;
 - mounts the dashboard (:mod:`rainier_sync.flask.dashboard`), which refuses
   every request until the app gives it an authorisation callback, and will not
   serve without a secret key of the app's own (:data:`SHIPPED_SECRET_KEYS`).
