@@ -213,3 +213,11 @@ def test_the_new_flask_queue_commands_name_themselves_in_help(command: str) -> N
     assert result.exit_code == 0, result.output
     assert result.output.startswith(f"usage: flask queue {command} [-h]")
     assert "--app" not in result.output
+
+
+def test_rainier_sync_app_at_a_flask_factory_works_on_its_manager(out_file: Path) -> None:
+    env = {"CLI_APP_FAILED": "2", "CLI_APP_OUT": str(out_file)}
+    mine = flask("queue", "status", env=env)
+    theirs = run("queue:status", f"--app={FLASK_APP}:create_app", env=env)
+    assert mine.returncode == theirs.returncode == 0, theirs.stderr
+    assert mine.stdout == theirs.stdout and "main" in theirs.stdout
