@@ -193,11 +193,12 @@ def _locks_url(connections: Connections, resources: QueueResources, env: Mapping
 def _lock_store(url: str, label: str) -> LockStore:
     """The store ``url`` names: a ``RedisLockStore`` or a ``DatabaseLockStore``."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
-    kind = _LOCK_SCHEMES.get(scheme.split("+")[0] if scheme.startswith("postgresql+") else scheme)
+    kind = _LOCK_SCHEMES.get(scheme)
     if kind is None:
         raise ConfigurationError(
-            f"{label}={url!r} is not a lock store URL: it takes redis://..., rediss://..., redis+sentinel://..., "
-            "redis+cluster://..., postgresql://..., mysql://... or sqlite:///..."
+            f"{label}={url!r} is not a lock store URL: it takes redis://..., rediss://..., unix://..., "
+            "redis+sentinel://..., redis+cluster://..., postgresql://..., postgres://..., mysql://..., "
+            "mariadb://... or sqlite:///..."
         )
     try:
         if kind == "redis":
