@@ -133,3 +133,28 @@ def test_a_store_given_twice_is_refused(registry: JobRegistry) -> None:
     section = {"connections": {"jobs": {"driver": "memory"}}, "locks": "redis://127.0.0.1:6379/0"}
     with pytest.raises(ConfigurationError, match=r"given twice \(locks and QUEUE_LOCKS_URL\)"):
         QueueManager.from_config(section, registry=registry, environ=env | {"QUEUE_DRIVER": ""})
+
+
+def test_flask_refuses_queue_locks_url_beside_an_explicit_manager() -> None:
+    pytest.importorskip("flask")
+    from flask import Flask
+
+    from rainier_sync.flask import RainierSync
+
+    app = Flask("explicit")
+    app.config["QUEUE_LOCKS_URL"] = "redis://127.0.0.1:6379/0"
+    manager = QueueManager(connections={"m": MemoryQueue()})
+    with pytest.raises(ConfigurationError, match=r"app.config also sets QUEUE_LOCKS_URL"):
+        RainierSync(app, manager=manager, dashboard_url=None)
+
+
+def test_flask_with_no_queue_still_builds_the_named_store(tmp_path: Path) -> None:
+    pytest.importorskip("flask")
+    from rainier_sync.flask import RainierSync
+    from rainier_sync.locks import DatabaseLockStore
+
+    manager = RainierSync.boot({"QUEUE_LOCKS_URL": f"sqlite:///{tmp_path / 'locks.db'}"})
+    try:
+        assert isinstance(manager.locks, DatabaseLockStore)
+    finally:
+        manager.close()
