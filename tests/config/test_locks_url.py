@@ -158,3 +158,49 @@ def test_flask_with_no_queue_still_builds_the_named_store(tmp_path: Path) -> Non
         assert isinstance(manager.locks, DatabaseLockStore)
     finally:
         manager.close()
+
+
+def test_kafka_takes_the_store_queue_locks_url_names(kafka_brokers: str, redis_url: str,
+                                                      registry: JobRegistry) -> None:  # fmt: skip
+    from rainier_sync.locks import RedisLockStore
+
+    env = {"QUEUE_DRIVER": "kafka", "KAFKA_BROKERS": kafka_brokers, "QUEUE_LOCKS_URL": redis_url,
+           "KAFKA_TOPIC_PREFIX": f"cfg{uuid.uuid4().hex[:8]}."}  # fmt: skip
+    manager = QueueManager.from_env(registry=registry, environ=env)
+    try:
+        driver: Any = manager.connection("kafka")
+        assert isinstance(manager.locks, RedisLockStore)
+        assert driver.locks is manager.locks, "its job leases and the manager's state in one store"
+    finally:
+        manager.close()
+
+
+def test_the_manager_closes_the_store_the_boot_built(tmp_path: Path, registry: JobRegistry) -> None:
+    url = f"sqlite:///{tmp_path / 'locks.db'}"
+    manager = QueueManager.from_env(registry=registry, environ={"QUEUE_DRIVER": "memory", "QUEUE_LOCKS_URL": url})
+    store: Any = manager.locks
+    closed: list[bool] = []
+    real_close = store.close
+    store.close = lambda: (closed.append(True), real_close())
+    manager.close()
+    assert closed == [True]
+
+
+def test_a_connection_that_fails_to_build_closes_the_store_built_before_it(
+    tmp_path: Path, registry: JobRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rainier_sync.locks import DatabaseLockStore
+
+    closed: list[object] = []
+    real_close = DatabaseLockStore.close
+
+    def close(self: Any) -> None:
+        closed.append(self)
+        real_close(self)
+
+    monkeypatch.setattr(DatabaseLockStore, "close", close)
+    env = {"QUEUE_DRIVER": "database", "DATABASE_URL": "sqlite:///" + str(tmp_path / "missing" / "jobs.db"),
+           "QUEUE_LOCKS_URL": f"sqlite:///{tmp_path / 'locks.db'}"}  # fmt: skip
+    with pytest.raises(ConfigurationError, match=r"connection 'database' \(database\): .* does not exist"):
+        QueueManager.from_env(registry=registry, environ=env)
+    assert len(closed) == 1
