@@ -52,12 +52,21 @@ class Frontend:
         """How the user types ``command`` (``queue:failed``), program included."""
         return f"{self.name} {command}"
 
+    #: The Flask app ``--app`` named (its manager is the one the commands work on), or None.
+    flask_app: Any = None
+
     def manager(self, args: argparse.Namespace) -> QueueManager:
         """The manager the command works on."""
-        return booted_manager(args)
+        manager, self.flask_app = booted_manager(args)
+        return manager
 
     def worker(self, manager: QueueManager, options: WorkerOptions, connection: str | None) -> Worker:
-        """The worker ``queue:work`` runs."""
+        """The worker ``queue:work`` runs: on a Flask app's manager a ``FlaskWorker``,
+        which runs every job inside an app context."""
+        if self.flask_app is not None:
+            from ..flask import FlaskWorker
+
+            return FlaskWorker(self.flask_app, manager, options=options, connection=connection)
         from ..worker import Worker
 
         return Worker(manager, options=options, connection=connection)
@@ -67,7 +76,28 @@ class Frontend:
 
 def load_app(reference: str, origin: str = "--app") -> QueueManager:
     """The QueueManager ``module:attribute`` names: the manager itself, or what
-    a zero-argument factory there returns."""
+    a zero-argument factory there returns; for a Flask app (or a factory returning
+    one), the manager of its ``RainierSync`` extension."""
+    return load_target(reference, origin)[0]
+
+
+def _flask_manager(app: Any, reference: str, origin: str) -> QueueManager | None:
+    """The manager of ``app``'s ``RainierSync``, when ``app`` is a Flask app; else None."""
+    flask = sys.modules.get("flask")  # a Flask app exists only once flask is imported
+    if flask is None or not isinstance(app, flask.Flask):
+        return None
+    from ..flask import EXTENSION_KEY, get_state
+
+    if EXTENSION_KEY not in app.extensions:
+        raise UsageError(
+            f"{origin} {reference} is the Flask app {app.name!r}, which has no rainier_sync extension: "
+            "call RainierSync(app) (or init_app(app)) where the app is built"
+        )
+    return get_state(app).manager
+
+
+def load_target(reference: str, origin: str = "--app") -> tuple[QueueManager, Any]:
+    """:func:`load_app`'s manager, and the Flask app it belongs to (None when not a Flask app's)."""
     from ..errors import ConfigurationError
     from ..manager import QueueManager
 
@@ -91,10 +121,14 @@ def load_app(reference: str, origin: str = "--app") -> QueueManager:
         except AttributeError:
             raise UsageError(f"{origin} {reference}: module {module_name!r} has no attribute {attribute!r}") from None
     if isinstance(target, QueueManager):
-        return target
+        return target, None
+    manager = _flask_manager(target, reference, origin)
+    if manager is not None:
+        return manager, target
     if isinstance(target, type) or not callable(target):
         raise UsageError(
-            f"{origin} {reference} is {article(target)}, not a QueueManager or a zero-argument factory returning one"
+            f"{origin} {reference} is {article(target)}, not a QueueManager or a zero-argument factory returning one "
+            "(nor a Flask app)"
         )
     try:
         result = target()
@@ -102,11 +136,15 @@ def load_app(reference: str, origin: str = "--app") -> QueueManager:
         raise
     except TypeError as exc:
         raise UsageError(f"{origin} {reference}: calling the factory with no arguments failed: {exc}") from exc
-    if not isinstance(result, QueueManager):
+    if isinstance(result, QueueManager):
+        return result, None
+    manager = _flask_manager(result, reference, origin)
+    if manager is None:
         raise UsageError(
-            f"{origin} {reference} returned an object of type {type(result).__qualname__}, not a QueueManager"
+            f"{origin} {reference} returned an object of type {type(result).__qualname__}, not a QueueManager "
+            "(nor a Flask app)"
         )
-    return result
+    return manager, result
 
 
 def article(value: Any) -> str:
@@ -120,22 +158,24 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def booted_manager(args: argparse.Namespace) -> QueueManager:
+def booted_manager(args: argparse.Namespace) -> tuple[QueueManager, Any]:
+    """The command's manager, and the Flask app ``--app`` named it through (or None)."""
     from ..manager import QueueManager, set_instance
 
     reference = getattr(args, "app", None)
     origin = "--app"
     if not reference:
         reference, origin = os.environ.get("RAINIER_APP", "").strip(), "RAINIER_APP"
+    app = None
     if reference:
-        manager = load_app(reference, origin)
+        manager, app = load_target(reference, origin)
         set_instance(manager)
     else:
         manager = QueueManager.from_env()
         args.booted = manager  # built here, so closed here; an application's manager is its own to close
     if not manager.connections:
         raise UsageError("no queue is configured: pass --app module:attribute, set RAINIER_APP, or set QUEUE_DRIVER")
-    return manager
+    return manager, app
 
 
 def selected(manager: QueueManager, name: str | None) -> list[tuple[str, BaseQueue]]:

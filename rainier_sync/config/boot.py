@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..registry import JobRegistry
     from ..state.base import LockStore
 
-__all__ = ["QueueResources", "Booted", "build", "build_from_env", "build_from_config"]
+__all__ = ["QueueResources", "Booted", "build", "build_from_env", "build_from_config", "LOCKS_URL"]
 
 
 @dataclass
@@ -58,11 +58,17 @@ class Booted:
     #: The outbox of the connections declared with ``outbox = true`` (None when none is).
     outbox: Outbox | None = None
 
+    #: Whether :attr:`locks` was built by the boot (from ``QUEUE_LOCKS_URL`` or the section's ``locks``).
+    owns_locks: bool = False
+
     def close(self) -> None:
-        """Close every driver (the boot failed after they were built)."""
-        for driver in self.connections.values():
+        """Close every driver, and the lock store the boot built (the boot failed after they were built)."""
+        closing: list[Any] = list(self.connections.values())
+        if self.owns_locks and self.locks is not None:
+            closing.append(self.locks)
+        for each in closing:
             try:
-                driver.close()
+                each.close()
             except Exception:  # noqa: BLE001 - the boot error is the one to report
                 pass
 
@@ -126,16 +132,25 @@ def build(
     registry = _one("registry", registry, resources.registry)
     container = _one("container", container, resources.container)
     env = os.environ if environ is None else environ
+    locks_url, locks_label = _locks_url(connections, resources, env)
     # Everything a connection needs is resolved before the first one is opened.
     context = BootContext(
         registry=registry, container=container, locks=resources.locks, database=resources.database, env=env
     )
-    plans: list[tuple[ConnectionConfig, dict[str, Any]]] = []
-    for config in connections:
-        prepare = config.spec.prepare
-        plans.append((config, prepare(config.where(), context) if prepare is not None else {}))
-    outbox = _outbox(connections, context)
-    booted = Booted({}, connections.default_name, registry, container, resources.locks, outbox)
+    if locks_url is not None:
+        context.locks = _lock_store(locks_url, locks_label)
+    try:
+        plans: list[tuple[ConnectionConfig, dict[str, Any]]] = []
+        for config in connections:
+            prepare = config.spec.prepare
+            plans.append((config, prepare(config.where(), context) if prepare is not None else {}))
+        outbox = _outbox(connections, context)
+    except BaseException:
+        if locks_url is not None and context.locks is not None:
+            context.locks.close()
+        raise
+    booted = Booted({}, connections.default_name, registry, container, context.locks, outbox)
+    booted.owns_locks = locks_url is not None
     try:
         for config, prepared in plans:
             booted.connections[config.name] = _build(config, prepared)
@@ -143,6 +158,65 @@ def build(
         booted.close()
         raise
     return booted
+
+
+#: The variable (and ``app.config`` key, and Django setting) naming the manager's lock store by URL.
+LOCKS_URL = "QUEUE_LOCKS_URL"
+
+_LOCK_SCHEMES = {
+    "redis": "redis", "rediss": "redis", "redis+sentinel": "redis", "redis+cluster": "redis", "unix": "redis",
+    "postgresql": "database", "postgres": "database", "mysql": "database", "mariadb": "database",
+    "sqlite": "database",
+}  # fmt: skip
+
+
+def _locks_url(connections: Connections, resources: QueueResources, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The lock store's URL, if one is configured, and how errors name it; at most one of
+    ``QueueResources.locks``, the section's ``locks`` and ``QUEUE_LOCKS_URL`` may say where it is."""
+    given: list[tuple[str, str | None]] = []
+    if connections.locks is not None:
+        given.append((connections.locks_label, connections.locks))
+    written = env.get(LOCKS_URL, "").strip()
+    if written:
+        given.append((LOCKS_URL, written))
+    if resources.locks is not None:
+        given.append(("QueueResources.locks", None))
+    if len(given) > 1:
+        raise ConfigurationError(
+            f"the lock store is given twice ({' and '.join(label for label, _ in given)}); give it once"
+        )
+    if not given or given[0][1] is None:
+        return None, ""
+    return given[0][1], given[0][0]
+
+
+def _lock_store(url: str, label: str) -> LockStore:
+    """The store ``url`` names: a ``RedisLockStore`` or a ``DatabaseLockStore``."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    kind = _LOCK_SCHEMES.get(scheme)
+    if kind is None:
+        raise ConfigurationError(
+            f"{label}={url!r} is not a lock store URL: it takes redis://..., rediss://..., unix://..., "
+            "redis+sentinel://..., redis+cluster://..., postgresql://..., postgres://..., mysql://..., "
+            "mariadb://... or sqlite:///..."
+        )
+    try:
+        if kind == "redis":
+            from ..drivers.redis.store import RedisLockStore
+
+            return RedisLockStore.from_url(url)
+        from ..drivers.database.store import DatabaseLockStore
+
+        return DatabaseLockStore.from_url(url)
+    except DriverUnavailableError as exc:
+        extra = "redis" if kind == "redis" else "the database's"
+        raise ConfigurationError(f"{label}: {exc} (needed for {extra} lock store)") from exc
+    except ImportError as exc:
+        raise ConfigurationError(f"{label}: the {kind} lock store needs {exc.name or 'a missing package'}") from exc
+    except QueueUnavailableError as exc:
+        raise type(exc)(f"{label}: {exc}") from exc
+    except (ValueError, TypeError, ConfigurationError) as exc:
+        raise ConfigurationError(f"{label}={url!r}: {exc}") from exc
 
 
 def _outbox(connections: Connections, context: BootContext) -> Outbox | None:

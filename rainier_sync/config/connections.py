@@ -184,6 +184,10 @@ class Connections:
         self._connections: dict[str, ConnectionConfig] = {}
         self._source = _DICT
         self.from_environment = False
+        #: The URL of the manager's lock store (the section's ``locks``), or None.
+        self.locks: str | None = None
+        #: How errors name where :attr:`locks` was written.
+        self.locks_label = "locks"
 
     def with_connection(self, name: str, driver: str, **settings: Any) -> Connections:
         """Declare connection ``name`` on ``driver`` with that driver's own settings."""
@@ -215,13 +219,13 @@ class Connections:
             if not isinstance(section, Mapping):
                 raise ConfigurationError(f"{source.at()}queues must be a mapping, got {section!r}")
         for key in section:
-            if key not in ("default", "connections"):
-                hint = suggest(str(key), ["default", "connections"])
+            if key not in ("default", "connections", "locks"):
+                hint = suggest(str(key), ["default", "connections", "locks"])
                 if key in ("failed", "batching"):
                     hint = "; failed jobs are kept by each connection's own driver, so there is nothing to configure"
                 raise ConfigurationError(
                     f"{source.at(str(key))}unknown key {key!r} in the queues section{hint} "
-                    "(it takes: default, connections)"
+                    "(it takes: default, connections, locks)"
                 )
         default = section.get("default")
         connections = section.get("connections", {})
@@ -231,8 +235,16 @@ class Connections:
             )
         if default is not None and (not isinstance(default, str) or not default):
             raise ConfigurationError(f"{source.at('default')}default must name a connection, got {default!r}")
+        locks = section.get("locks")
+        if locks is not None and (not isinstance(locks, str) or "://" not in locks):
+            raise ConfigurationError(
+                f"{source.at('locks')}locks must be the lock store's URL (redis://..., postgresql://..., "
+                f"mysql://... or sqlite:///...), got {locks!r}"
+            )
         built = cls(default)
         built._source = source
+        built.locks = locks
+        built.locks_label = f"{source.at('locks')}locks"
         for name, declaration in connections.items():
             built._connections[name] = _check_connection(name, declaration, source)
         built.check_default()
@@ -329,6 +341,8 @@ class Connections:
         if self.default is not None:
             section["default"] = self.default
         section["connections"] = {c.name: {"driver": c.driver, **c.settings} for c in self}
+        if self.locks is not None:
+            section["locks"] = self.locks
         return section
 
     def check_reservations(self, longest_job_seconds: float | timedelta) -> Connections:

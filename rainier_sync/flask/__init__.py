@@ -5,7 +5,7 @@
 - makes :func:`rainier_sync.instance` answer the current app's manager inside
   an app context;
 - runs every job inside a fresh ``app.app_context()`` (:class:`FlaskWorker`);
-- adds ``flask queue work|failed|retry|forget|reclaim|status|migrate``;
+- adds ``flask queue work|failed|retry|forget|reclaim|status|migrate|check|schedule-run|...``;
 - mounts the dashboard (:mod:`rainier_sync.flask.dashboard`), which refuses
   every request until the app gives it an authorisation callback, and will not
   serve without a secret key of the app's own (:data:`SHIPPED_SECRET_KEYS`).
@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..config import QueueResources
+from ..config import QueueResources, build_from_env
+from ..config.boot import LOCKS_URL
 from ..container import Container
 from ..errors import ConfigurationError, DriverUnavailableError
 from ..jobs import Job
@@ -44,6 +45,8 @@ EXTENSION_KEY = "rainier_sync"
 #: is offered to ``QueueManager.from_env`` as its environment).
 CONFIG_SECTION = "RAINIER_QUEUES"
 CONFIG_DRIVER = "QUEUE_DRIVER"
+#: The lock store's URL (:data:`rainier_sync.config.boot.LOCKS_URL`), read by the boot with the rest.
+CONFIG_LOCKS = LOCKS_URL
 
 Authorize = Callable[[], bool]
 
@@ -252,7 +255,9 @@ class RainierSync:
                     f"{', '.join(extra)} would be ignored: they are for booting from app.config, and the manager= "
                     "given brings its own"
                 )
-            configured = [key for key in (CONFIG_DRIVER, CONFIG_SECTION) if app.config.get(key) is not None]
+            configured = [
+                key for key in (CONFIG_DRIVER, CONFIG_SECTION, CONFIG_LOCKS) if app.config.get(key) is not None
+            ]
             if configured:
                 raise ConfigurationError(
                     f"RainierSync was given manager= and app.config also sets {' and '.join(configured)}; "
@@ -285,7 +290,8 @@ class RainierSync:
         """A manager booted from a Flask config: ``QUEUE_DRIVER`` (with its
         settings, e.g. ``DATABASE_URL``, read from the same config) or a
         ``RAINIER_QUEUES`` section (a dict, or a JSON/TOML file path). Both set
-        is an error; neither gives a manager with no queue."""
+        is an error; neither gives a manager with no queue. ``QUEUE_LOCKS_URL``
+        (or the section's ``locks``) names the lock store by URL."""
         section = config.get(CONFIG_SECTION)
         driver = config.get(CONFIG_DRIVER)
         if section is not None and driver is not None:
@@ -299,10 +305,12 @@ class RainierSync:
             )
         if driver is not None:
             return QueueManager.from_env(registry=registry, container=container, resources=resources, environ=environ)
+        # No queue is declared: what is built is only the lock store QUEUE_LOCKS_URL may name.
+        booted = build_from_env(registry=registry, container=container, resources=resources, environ=environ)
         return QueueManager(
-            registry=registry if registry is not None else (resources.registry if resources else None),
-            container=container if container is not None else (resources.container if resources else None),
-            locks=resources.locks if resources and resources.locks is not None else OWN_STORE,
+            registry=booted.registry,
+            container=booted.container,
+            locks=booted.locks if booted.locks is not None else OWN_STORE,
         )
 
     # -- the current app's queue -------------------------------------------------------

@@ -44,7 +44,7 @@ class FlaskFrontend(cli.Frontend):
     registry_hint = "register the app's jobs (RainierSync(app, registry=...))"
 
     def command(self, command: str) -> str:
-        return f"{self.name} {command.removeprefix('queue:')}"
+        return f"{self.name} {_FLASK_NAMES.get(command, command.removeprefix('queue:'))}"
 
     def manager(self, args: argparse.Namespace) -> QueueManager:
         manager = current_manager()
@@ -59,6 +59,9 @@ class FlaskFrontend(cli.Frontend):
         return FlaskWorker(app, manager, options=options, connection=connection)
 
 
+#: The ``rainier-sync`` commands whose ``flask queue`` name is not theirs without ``queue:``.
+_FLASK_NAMES = {"schedule:run": "schedule-run", "schedule:list": "schedule-list", "outbox:relay": "relay"}
+
 _FRONTEND = FlaskFrontend()
 
 
@@ -67,13 +70,16 @@ def queue_group() -> None:
     pass
 
 
-def _command(name: str, help: str) -> None:
+def _command(name: str, help: str, command_name: str | None = None) -> None:
+    """``flask queue NAME`` running ``rainier-sync COMMAND_NAME`` (default ``queue:NAME``)."""
+    full = command_name or f"queue:{name}"
+
     @queue_group.command(name, help=help, context_settings=_PASS_THROUGH, add_help_option=False)
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     @click.pass_context
     @with_appcontext
     def command(ctx: click.Context, args: tuple[str, ...]) -> None:
-        ctx.exit(cli.main([f"queue:{name}", *args], frontend=_FRONTEND))
+        ctx.exit(cli.main([full, *args], frontend=_FRONTEND))
 
 
 for _name, _help in (
@@ -89,6 +95,15 @@ for _name, _help in (
     ("continue", "Let workers claim jobs of a paused queue again."),
 ):
     _command(_name, _help)
+
+_command(
+    "check",
+    "Pre-flight: check the app's configuration, registry, schedule, lock store and connections; "
+    "exit 0 when all is well, 2 when anything is not.",
+    "check",
+)
+_command("schedule-run", "Dispatch the schedule's ticks that fell due since the last run, then exit.", "schedule:run")
+_command("schedule-list", "The schedule's entries, their next run and the tick last dispatched.", "schedule:list")
 
 
 @queue_group.command(

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,91 @@ def test_a_misspelt_flask_queue_command_gets_a_did_you_mean() -> None:
     result = app.test_cli_runner().invoke(args=["queue", "wrok"])
     assert result.exit_code == 2
     assert "No such command 'wrok'. Did you mean 'work'?" in result.output
+
+
+# -- check, schedule-run, schedule-list ----------------------------------------------------------
+RAINIER_APP = "--app=tests.cli.app:current_manager"
+
+
+def _scheduled_manager() -> QueueManager:
+    from rainier_sync import Container, Schedule
+    from rainier_sync.locks import MemoryLockStore
+    from tests.cli import app as cli_app
+
+    schedule = Schedule().every(60, cli_app.Touch(n=1), name="minutely").cron("0 3 * * *", cli_app.Touch(n=2))
+    return QueueManager(
+        connections={"main": MemoryQueue()}, registry=cli_app.registry, container=Container(),
+        locks=MemoryLockStore(), schedule=schedule,
+    )  # fmt: skip
+
+
+def _both(argv: list[str], flask_args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[Any, Any]:
+    """``flask queue *flask_args`` on one fresh scheduled manager, ``rainier-sync *argv`` on another:
+    (exit code, output) of each, job ids masked."""
+    from rainier_sync.cli import main
+    from tests.cli import app as cli_app
+
+    flask_app, _ = make_app(manager=_scheduled_manager())
+    result = flask_app.test_cli_runner().invoke(args=["queue", *flask_args])
+    cli_app.current = _scheduled_manager()
+    code = main([*argv, RAINIER_APP])
+    captured = capsys.readouterr()
+
+    def masked(text: str) -> str:
+        return re.sub(r"\b[0-9a-f]{32}\b", "<id>", text)
+
+    return (result.exit_code, masked(result.output)), (code, masked(captured.out + captured.err))
+
+
+def test_flask_queue_schedule_run_and_list_are_rainier_syncs(capsys: pytest.CaptureFixture[str]) -> None:
+    from freezegun import freeze_time
+
+    with freeze_time("2026-03-01 12:00:30"):
+        mine, theirs = _both(["schedule:run"], ["schedule-run"], capsys)
+        assert mine == theirs
+        assert mine[0] == 0 and "dispatched minutely (tick 2026-03-01 12:00:00) as job <id>" in mine[1]
+        assert "2 tick(s) dispatched; 2 entries in the schedule" in mine[1]
+        mine, theirs = _both(["schedule:list"], ["schedule-list"], capsys)
+        assert mine == theirs
+        assert mine[0] == 0 and "minutely" in mine[1] and "2026-03-01 12:01:00" in mine[1]
+
+
+def test_flask_queue_schedule_run_without_a_schedule_fails_as_rainier_sync_does() -> None:
+    app, _ = make_app()
+    result = app.test_cli_runner().invoke(args=["queue", "schedule-run"])
+    assert result.exit_code == 2
+    assert result.output.startswith("flask queue: error: ") and "no schedule" in result.output
+
+
+def test_flask_queue_check_says_what_rainier_sync_check_says(capsys: pytest.CaptureFixture[str]) -> None:
+    mine, theirs = _both(["check"], ["check"], capsys)
+    assert mine == theirs
+    assert mine[0] == 0 and "ok: configuration: connections main (memory); default main\n" in mine[1]
+    assert "ok: schedule: 2 entries, each job registered\n" in mine[1]
+
+
+def test_flask_queue_check_exits_2_naming_the_flask_fix() -> None:
+    app, _ = make_app(manager=QueueManager(connections={"m": MemoryQueue()}))
+    result = app.test_cli_runner().invoke(args=["queue", "check"])
+    assert result.exit_code == 2
+    assert (
+        "problem: registry: no job is registered, so a worker would fail every job as unknown: "
+        "register the app's jobs (RainierSync(app, registry=...))\n"
+    ) in result.output
+
+
+@pytest.mark.parametrize("command", ["check", "schedule-run", "schedule-list"])
+def test_the_new_flask_queue_commands_name_themselves_in_help(command: str) -> None:
+    app, _ = make_app()
+    result = app.test_cli_runner().invoke(args=["queue", command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"usage: flask queue {command} [-h]")
+    assert "--app" not in result.output
+
+
+def test_rainier_sync_app_at_a_flask_factory_works_on_its_manager(out_file: Path) -> None:
+    env = {"CLI_APP_FAILED": "2", "CLI_APP_OUT": str(out_file)}
+    mine = flask("queue", "status", env=env)
+    theirs = run("queue:status", f"--app={FLASK_APP}:create_app", env=env)
+    assert mine.returncode == theirs.returncode == 0, theirs.stderr
+    assert mine.stdout == theirs.stdout and "main" in theirs.stdout

@@ -193,6 +193,10 @@ COMPILE_ONLY: dict[tuple[str, str], str] = {
     ("docs/flask.rst", '@app.post("/signup")'): (
         "a view of the app above; tests/flask/test_example.py runs examples/flask_app"
     ),
+    ("docs/flask.rst", "app.config.update("): (
+        "names an SQS queue and a Redis server the reader fills in; tests/config/test_locks_url.py boots the same "
+        "app.config on moto and Redis"
+    ),
     ("docs/flask.rst", 'worker = queues.start_worker(app, queues=["mail", "default"], concurrency=2)'): (
         "needs the app above; tests/flask/ start the embedded worker"
     ),
