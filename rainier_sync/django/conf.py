@@ -281,8 +281,11 @@ def _boot_section(
                 url = database_url(outbox_alias, databases, f"settings.{SECTION} (outbox = true)")
             else:
                 url = None
+            part_section: dict[str, Any] = {"default": next(iter(declared)), "connections": declared}
+            if not parts and section.get("locks") is not None:
+                part_section["locks"] = section["locks"]  # one store for the whole section, built once
             booted = build_from_config(
-                {"default": next(iter(declared)), "connections": declared},
+                part_section,
                 resources=QueueResources(registry=registry, container=container, database=url),
                 environ={key: value for key, value in environ.items() if key != DRIVER},
             )
@@ -299,7 +302,8 @@ def _boot_section(
         for part in parts:
             part.close()
         raise ImproperlyConfigured(f"settings.{SECTION}: {exc}") from exc
-    merged = Booted({}, checked.default_name, registry, container, None)
+    merged = Booted({}, checked.default_name, registry, container, parts[0].locks if parts else None)
+    merged.owns_locks = bool(parts) and parts[0].owns_locks
     for config in checked:
         for part in parts:
             if config.name in part.connections:
@@ -421,6 +425,8 @@ def boot(
     else:
         booted, plan = _boot_env(settings, registry, container, environ)
     try:
+        # The store QUEUE_LOCKS_URL or the section's ``locks`` named; else the default's own.
+        store: dict[str, Any] = {"locks": booted.locks} if booted.owns_locks else {}
         manager = DjangoQueueManager(
             connections=booted.connections,
             default=booted.default,
@@ -428,6 +434,7 @@ def boot(
             container=container,
             outbox=booted.outbox,
             plan=plan,
+            **store,
         )
         plan.default = manager.default
     except RainierError as exc:

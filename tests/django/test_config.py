@@ -173,3 +173,19 @@ def test_a_worker_knows_the_tasks_of_each_app_when_tasks_use_the_backend(tmp_pat
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "tests.django.taskapp.tasks.ping" in done.stdout
+
+
+@pytest.mark.parametrize("form", ["environment", "section"])
+def test_the_store_the_settings_name_is_the_managers(tmp_path: pathlib.Path, form: str, redis_url: str) -> None:
+    """QUEUE_LOCKS_URL (beside QUEUE_DRIVER) or the section's ``locks`` is the store the manager uses."""
+    from rainier_sync.locks import RedisLockStore
+
+    if form == "environment":
+        config = settings(tmp_path, QUEUE_DRIVER="memory", QUEUE_LOCKS_URL=redis_url)
+    else:
+        config = settings(tmp_path, RAINIER_QUEUES={**DATABASE, "locks": redis_url})
+    manager = boot(config, discover=False)
+    try:
+        assert isinstance(manager.locks, RedisLockStore), manager.locks
+    finally:
+        manager.close()
