@@ -21,7 +21,7 @@ from .paging import Page
 
 if TYPE_CHECKING:
     from ..state.base import LockStore
-    from .port import Capabilities
+    from .capabilities import Capabilities
 
 __all__ = [
     "Extension",
